@@ -1,0 +1,94 @@
+// Argument checks for op entry points (see check.h).
+#include "core/check.h"
+
+namespace hyla {
+
+namespace {
+std::string expected_shape_string(std::initializer_list<int64_t> shape) {
+  std::string s = "[";
+  int d = 0;
+  for (int64_t n : shape) s += str_cat(d++ ? ", " : "", n == kAnyDim ? std::string("*") : std::to_string(n));
+  return s + "]";
+}
+}  // namespace
+
+Status check_shape(std::string_view op, std::string_view name, const TensorView& t,
+                   std::initializer_list<int64_t> shape, std::string_view dims) {
+  if (!t.defined()) return invalid_argument(op, ": ", name, " is missing");
+  bool match = t.ndim() == int(shape.size());
+  int d = 0;
+  for (int64_t n : shape) {
+    if (!match) break;
+    match = n == kAnyDim || t.size(d) == n;
+    ++d;
+  }
+  if (match) return ok_status();
+  return invalid_argument(op, ": ", name, " has shape ", t.shape_string(), ", expected ",
+                          expected_shape_string(shape), " (", dims, ")");
+}
+
+Status check_dtype(std::string_view op, std::string_view name, const TensorView& t,
+                   std::initializer_list<DType> dtypes) {
+  std::string allowed;
+  for (DType d : dtypes) {
+    if (t.dtype() == d) return ok_status();
+    allowed += str_cat(allowed.empty() ? "" : " or ", dtype_name(d));
+  }
+  return invalid_argument(op, ": ", name, " has dtype ", dtype_name(t.dtype()), ", expected ",
+                          allowed);
+}
+
+Status check_device(std::string_view op, std::string_view name, const TensorView& t,
+                    Device device) {
+  if (t.device() == device) return ok_status();
+  return invalid_argument(op, ": ", name, " is on ", device_name(t.device()), ", expected ",
+                          device_name(device));
+}
+
+Status check_last_dim_contiguous(std::string_view op, std::string_view name, const TensorView& t) {
+  if (t.ndim() == 0 || t.stride(-1) == 1 || t.size(-1) == 1) return ok_status();
+  return invalid_argument(op, ": ", name, " must have a contiguous last dimension, stride is ",
+                          t.stride(-1));
+}
+
+Status check_contiguous(std::string_view op, std::string_view name, const TensorView& t) {
+  if (t.is_contiguous()) return ok_status();
+  return invalid_argument(op, ": ", name, " ", t.shape_string(), " must be contiguous");
+}
+
+Status check_cu_seqlens(std::string_view op, const TensorView& cu, int64_t total_tokens) {
+  HYLA_RETURN_IF_ERROR(check_shape(op, "cu_seqlens", cu, {kAnyDim}, "B+1"));
+  HYLA_RETURN_IF_ERROR(check_dtype(op, "cu_seqlens", cu, {DType::kI32}));
+  HYLA_RETURN_IF_ERROR(check_device(op, "cu_seqlens", cu, Device::cpu()));
+  if (cu.size(0) < 2) return invalid_argument(op, ": cu_seqlens needs at least 2 entries (B >= 1)");
+  const int32_t* c = cu.data<int32_t>();
+  const int64_t s = cu.stride(0);
+  if (c[0] != 0) return invalid_argument(op, ": cu_seqlens[0] is ", c[0], ", expected 0");
+  for (int64_t b = 1; b < cu.size(0); ++b) {
+    if (c[b * s] < c[(b - 1) * s])
+      return invalid_argument(op, ": cu_seqlens is not non-decreasing: cu_seqlens[", b, "] = ",
+                              c[b * s], " < cu_seqlens[", b - 1, "] = ", c[(b - 1) * s]);
+  }
+  const int64_t last = c[(cu.size(0) - 1) * s];
+  if (last != total_tokens)
+    return invalid_argument(op, ": cu_seqlens[B] is ", last, ", expected ", total_tokens,
+                            " (the number of tokens T)");
+  return ok_status();
+}
+
+Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
+                   int64_t batch, int64_t num_slots) {
+  HYLA_RETURN_IF_ERROR(check_shape(op, name, slots, {batch}, "B"));
+  HYLA_RETURN_IF_ERROR(check_dtype(op, name, slots, {DType::kI32}));
+  HYLA_RETURN_IF_ERROR(check_device(op, name, slots, Device::cpu()));
+  const int32_t* p = slots.data<int32_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t s = p[b * slots.stride(0)];
+    if (s < -1 || s >= num_slots)
+      return out_of_range(op, ": ", name, "[", b, "] = ", s, " is outside [0, ", num_slots,
+                          ") and is not -1 (skip)");
+  }
+  return ok_status();
+}
+
+}  // namespace hyla

@@ -1,0 +1,37 @@
+// Argument checks for op entry points. Each returns a Status whose message names the op, the
+// argument, what it got and what was expected, e.g.
+//   "gated_delta_rule_chunk: k has shape [64, 2, 128], expected [64, 2, 64] (T, H, d_k)".
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace hyla {
+
+inline constexpr int64_t kAnyDim = -1;
+
+/// `t` must be defined, with exactly `shape.size()` dims, each equal to `shape[d]` unless kAnyDim.
+/// `dims` names the dimensions for the message ("T, H, d_k").
+Status check_shape(std::string_view op, std::string_view name, const TensorView& t,
+                   std::initializer_list<int64_t> shape, std::string_view dims);
+/// `t` must have one of `dtypes`.
+Status check_dtype(std::string_view op, std::string_view name, const TensorView& t,
+                   std::initializer_list<DType> dtypes);
+/// `t` must live on `device`.
+Status check_device(std::string_view op, std::string_view name, const TensorView& t,
+                    Device device);
+/// The innermost dimension of `t` must have stride 1.
+Status check_last_dim_contiguous(std::string_view op, std::string_view name, const TensorView& t);
+/// `t` must be fully contiguous.
+Status check_contiguous(std::string_view op, std::string_view name, const TensorView& t);
+
+/// Validates packed-varlen sequence offsets: int32 [B+1], cu[0] == 0, non-decreasing,
+/// cu[B] == total_tokens. Host-readable (CPU) tensors only.
+Status check_cu_seqlens(std::string_view op, const TensorView& cu_seqlens, int64_t total_tokens);
+/// Validates int32 [B] slot ids: each in [0, num_slots) or -1 (skip).
+Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
+                   int64_t batch, int64_t num_slots);
+
+}  // namespace hyla

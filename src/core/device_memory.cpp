@@ -1,0 +1,58 @@
+// Host side of device_memory.h; CUDA calls are forwarded to device_memory.cu in CUDA builds.
+#include "core/device_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace hyla {
+
+#if HYLA_WITH_CUDA
+// Defined in device_memory.cu.
+bool cuda_available_impl();
+void* cuda_alloc(size_t bytes);
+void cuda_free(void* ptr);
+void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes);
+void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes);
+#else
+static bool cuda_available_impl() { return false; }
+[[noreturn]] static void no_cuda() {
+  HYLA_CHECK(false, "this build of Hyla has no CUDA support (configure with -DHYLA_CUDA=ON)");
+  std::abort();
+}
+static void* cuda_alloc(size_t) { no_cuda(); }
+static void cuda_free(void*) { no_cuda(); }
+static void cuda_copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
+static void cuda_fill_bytes(void*, uint8_t, size_t) { no_cuda(); }
+#endif
+
+bool cuda_available() { return cuda_available_impl(); }
+
+void* device_alloc(Device device, size_t bytes) {
+  if (device.is_cuda()) return cuda_alloc(bytes);
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  HYLA_CHECK(p != nullptr, "host allocation of ", bytes, " bytes failed");
+  return p;
+}
+
+void device_free(Device device, void* ptr) {
+  if (ptr == nullptr) return;
+  if (device.is_cuda()) return cuda_free(ptr);
+  std::free(ptr);
+}
+
+void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  cuda_copy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+}
+
+void device_fill_bytes(Device device, void* ptr, uint8_t byte, size_t bytes) {
+  if (device.is_cuda()) return cuda_fill_bytes(ptr, byte, bytes);
+  std::memset(ptr, byte, bytes);
+}
+
+}  // namespace hyla

@@ -1,0 +1,138 @@
+// Test helpers (see testing.h).
+#include "testing.h"
+
+#include <cmath>
+
+namespace hyla::testing {
+
+namespace {
+
+void store_as(const TensorView& t, int64_t i, double x) {
+  switch (t.dtype()) {
+    case DType::kF32: t.data<float>()[i] = float(x); break;
+    case DType::kF64: t.data<double>()[i] = x; break;
+    case DType::kBF16: t.data<bf16>()[i] = f32_to_bf16(float(x)); break;
+    case DType::kF16: t.data<f16>()[i] = f32_to_f16(float(x)); break;
+    case DType::kI32: t.data<int32_t>()[i] = int32_t(x); break;
+    default: HYLA_CHECK(false, "store_as: unsupported dtype ", dtype_name(t.dtype()));
+  }
+}
+
+double load_as(const TensorView& t, int64_t offset) {
+  switch (t.dtype()) {
+    case DType::kF32: return t.data<float>()[offset];
+    case DType::kF64: return t.data<double>()[offset];
+    case DType::kBF16: return bf16_to_f32(t.data<bf16>()[offset]);
+    case DType::kF16: return f16_to_f32(t.data<f16>()[offset]);
+    case DType::kI32: return t.data<int32_t>()[offset];
+    case DType::kI64: return double(t.data<int64_t>()[offset]);
+    case DType::kI8: return t.data<int8_t>()[offset];
+    case DType::kU8: return t.data<uint8_t>()[offset];
+  }
+  return 0;
+}
+
+template <typename Draw>
+Tensor random_fill(std::initializer_list<int64_t> shape, DType dtype, Draw draw) {
+  Tensor t = Tensor::empty(shape, dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) store_as(t.view(), i, draw());
+  return t;
+}
+
+}  // namespace
+
+Tensor random_uniform(std::initializer_list<int64_t> shape, DType dtype, std::mt19937& rng,
+                      float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  return random_fill(shape, dtype, [&] { return dist(rng); });
+}
+
+Tensor random_normal(std::initializer_list<int64_t> shape, DType dtype, std::mt19937& rng,
+                     float mean, float stddev) {
+  std::normal_distribution<float> dist(mean, stddev);
+  return random_fill(shape, dtype, [&] { return dist(rng); });
+}
+
+Tensor poisoned(std::initializer_list<int64_t> shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  t.fill_bytes(0xff);
+  return t;
+}
+
+Tensor int32_tensor(const std::vector<int32_t>& values) {
+  Tensor t = Tensor::empty({int64_t(values.size())}, DType::kI32);
+  for (size_t i = 0; i < values.size(); ++i) t.data<int32_t>()[i] = values[i];
+  return t;
+}
+
+Tensor tensor_from(const std::vector<double>& values, std::initializer_list<int64_t> shape,
+                   DType dtype) {
+  Tensor t = Tensor::empty(shape, dtype);
+  HYLA_CHECK(size_t(t.numel()) == values.size(), "tensor_from: ", values.size(), " values for ",
+             t.view().shape_string());
+  for (size_t i = 0; i < values.size(); ++i) store_as(t.view(), int64_t(i), values[i]);
+  return t;
+}
+
+std::vector<double> to_f64(const TensorView& t) {
+  HYLA_CHECK(t.device().is_cpu(), "to_f64 needs a host tensor");
+  std::vector<double> out(size_t(t.numel()));
+  std::vector<int64_t> idx(size_t(t.ndim()), 0);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t offset = 0;
+    for (int d = 0; d < t.ndim(); ++d) offset += idx[size_t(d)] * t.stride(d);
+    out[size_t(i)] = load_as(t, offset);
+    for (int d = t.ndim() - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < t.size(d)) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+  return out;
+}
+
+std::string coords(const TensorView& t, int64_t i) {
+  std::vector<int64_t> c(size_t(t.ndim()));
+  for (int d = t.ndim() - 1; d >= 0; --d) {
+    c[size_t(d)] = i % t.size(d);
+    i /= t.size(d);
+  }
+  std::string s = "[";
+  for (size_t d = 0; d < c.size(); ++d) s += (d ? ", " : "") + std::to_string(c[d]);
+  return s + "]";
+}
+
+::testing::AssertionResult all_close(const TensorView& got, const std::vector<double>& want,
+                                     Tolerance tol) {
+  const std::vector<double> g = to_f64(got);
+  if (g.size() != want.size())
+    return ::testing::AssertionFailure()
+           << "size mismatch: got " << got.shape_string() << " (" << g.size() << ") vs "
+           << want.size() << " expected values";
+  int64_t bad = 0;
+  double worst = 0;
+  std::string first;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double err = std::fabs(g[i] - want[i]);
+    const double limit = tol.atol + tol.rtol * std::fabs(want[i]);
+    if (!std::isfinite(g[i]) || !(err <= limit)) {
+      if (bad < 5)
+        first += "\n  at " + coords(got, int64_t(i)) + ": got " + std::to_string(g[i]) +
+                 ", want " + std::to_string(want[i]) + ", |diff| " + std::to_string(err);
+      ++bad;
+    }
+    if (std::isfinite(err)) worst = std::max(worst, err);
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << bad << " of " << g.size() << " elements outside atol " << tol.atol << " + rtol "
+         << tol.rtol << " (" << tol.why << "); max finite |diff| " << worst << first;
+}
+
+::testing::AssertionResult all_close(const TensorView& got, const TensorView& want, Tolerance tol) {
+  if (got.numel() != want.numel())
+    return ::testing::AssertionFailure()
+           << "shape mismatch: " << got.shape_string() << " vs " << want.shape_string();
+  return all_close(got, to_f64(want), tol);
+}
+
+}  // namespace hyla::testing
