@@ -111,4 +111,19 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream) {
   return ok_status();
 }
 
+bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p) {
+  if (p.chunk_states.defined()) return true;
+  const int64_t B = p.cu_seqlens.size(0) - 1;
+  return B > 0 && p.q.size(0) >= kCpuChunkMinTokens * B;
+}
+
+Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream) {
+  if (p.step_states.defined())
+    return invalid_argument("gated_delta_rule_extend: step_states is a verify output; call "
+                            "gated_delta_rule_recurrent");
+  HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
+  return gated_delta_rule_extend_uses_chunk(p) ? gated_delta_rule_chunk(p, stream)
+                                               : gated_delta_rule_recurrent(p, stream);
+}
+
 }  // namespace hyla::kernels

@@ -58,6 +58,16 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream =
 /// Chunkwise algorithm (prefill). Same results as the recurrent one up to rounding.
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream = {});
 
+/// Prefill ("extend") entry: runs whichever of chunk / recurrent is faster for this device and
+/// these lengths (CPU: chunk once sequences average kCpuChunkMinTokens tokens, see docs/perf.md;
+/// always chunk when chunk_states are requested). step_states is not accepted here.
+Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream = {});
+/// Mean tokens per sequence from which the CPU chunk algorithm beats the recurrent one
+/// (measured by bench/gated_delta_rule.cpp, recorded in docs/perf.md).
+inline constexpr int64_t kCpuChunkMinTokens = 64;
+/// True when gated_delta_rule_extend would run the chunk algorithm for p.
+bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p);
+
 /// Number of chunk-boundary states sum_b floor(len_b / 64) that chunk_states must hold.
 int64_t gated_delta_rule_num_chunk_states(const TensorView& cu_seqlens);
 /// Index in chunk_states of sequence b's first boundary state: sum_{b' < b} floor(len_b' / 64).

@@ -1,0 +1,17 @@
+// `hyla selfcheck`: checks the delta-rule core on this machine and times it.
+#pragma once
+
+#include <cstdint>
+
+namespace hyla::cli {
+
+struct SelfcheckOptions {
+  int64_t bench_tokens = 4096;  ///< tokens of the timed single-sequence prefill
+  int repeats = 3;              ///< timed repetitions (best is reported)
+  int threads = 0;              ///< 0 = all cores
+};
+
+/// Runs the checks and the short benchmark, prints a table; returns the process exit code.
+int run_selfcheck(const SelfcheckOptions& options);
+
+}  // namespace hyla::cli
