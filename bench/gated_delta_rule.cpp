@@ -4,6 +4,8 @@
 //   chunk FLOP rate as a percentage of sgemm, and which algorithm is faster for prefill.
 // FLOPs per token per value head of the chunk form (same count as ANCHORS.md):
 //   C (6 d_k + 4 d_v) + 6 d_k d_v + (2/3) C^2 = 182,955 at C = 64, d_k = d_v = 128.
+#include "kernels/gated_delta_rule.h"
+
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -14,7 +16,6 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "kernels/gated_delta_rule.h"
 
 namespace hyla {
 namespace {
@@ -43,7 +44,8 @@ struct DeltaRuleInputs {
     q = fill_bf16(Tensor::empty({T, kH, kD}, DType::kBF16));
     k = fill_bf16(Tensor::empty({T, kH, kD}, DType::kBF16));
     v = fill_bf16(Tensor::empty({T, kHV, kD}, DType::kBF16));
-    g = per_channel ? Tensor::empty({T, kHV, kD}, DType::kF32) : Tensor::empty({T, kHV}, DType::kF32);
+    g = per_channel ? Tensor::empty({T, kHV, kD}, DType::kF32)
+                    : Tensor::empty({T, kHV}, DType::kF32);
     for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] = gate(rng);
     beta = Tensor::empty({T, kHV}, DType::kF32);
     for (int64_t i = 0; i < beta.numel(); ++i) beta.data<float>()[i] = b(rng);
@@ -73,8 +75,8 @@ struct DeltaRuleInputs {
 void set_rates(benchmark::State& state, int64_t T) {
   const double tokens = double(T) * double(state.iterations());
   state.counters["tok/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
-  state.counters["FLOP/s"] = benchmark::Counter(tokens * kHV * chunk_flops_per_token_head(),
-                                                benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(tokens * kHV * chunk_flops_per_token_head(), benchmark::Counter::kIsRate);
 }
 
 void BM_GatedDeltaRule(benchmark::State& state, bool per_channel, bool chunked) {
@@ -82,7 +84,8 @@ void BM_GatedDeltaRule(benchmark::State& state, bool per_channel, bool chunked) 
   DeltaRuleInputs in(per_channel, T);
   const GatedDeltaRuleParams p = in.params();
   for (auto _ : state) {
-    const Status s = chunked ? kernels::gated_delta_rule_chunk(p) : kernels::gated_delta_rule_recurrent(p);
+    const Status s =
+        chunked ? kernels::gated_delta_rule_chunk(p) : kernels::gated_delta_rule_recurrent(p);
     if (!s.ok()) state.SkipWithError(s.message().c_str());
     benchmark::ClobberMemory();
   }
@@ -146,8 +149,10 @@ int main(int argc, char** argv) {
   };
   const double sgemm = rate("BM_Sgemm").flops;
   const std::string at = "/" + std::to_string(hyla::kT) + "/";
-  const auto gdn_c = rate("BM_GatedDeltaRule/gdn_chunk" + at), gdn_r = rate("BM_GatedDeltaRule/gdn_recurrent" + at);
-  const auto kda_c = rate("BM_GatedDeltaRule/kda_chunk" + at), kda_r = rate("BM_GatedDeltaRule/kda_recurrent" + at);
+  const auto gdn_c = rate("BM_GatedDeltaRule/gdn_chunk" + at),
+             gdn_r = rate("BM_GatedDeltaRule/gdn_recurrent" + at);
+  const auto kda_c = rate("BM_GatedDeltaRule/kda_chunk" + at),
+             kda_r = rate("BM_GatedDeltaRule/kda_recurrent" + at);
   if (sgemm <= 0 || gdn_c.flops <= 0) return 0;  // filtered run: no summary
   std::printf("\nsummary (T=%lld, H=%lld, HV=%lld, d=%lld, threads=%d)\n", (long long)hyla::kT,
               (long long)hyla::kH, (long long)hyla::kHV, (long long)hyla::kD, hyla::num_threads());
@@ -176,7 +181,7 @@ int main(int argc, char** argv) {
       "\"kda_chunk_tok_s\":%.0f,\"kda_recurrent_tok_s\":%.0f,\"gdn_chunk_pct_sgemm\":%.1f,"
       "\"kda_chunk_pct_sgemm\":%.1f}\n",
       (long long)hyla::kT, (long long)hyla::kHV, (long long)hyla::kD, hyla::num_threads(),
-      sgemm * 1e-9, gdn_c.tokens_per_s, gdn_r.tokens_per_s, kda_c.tokens_per_s,
-      kda_r.tokens_per_s, 100.0 * gdn_c.flops / sgemm, 100.0 * kda_c.flops / sgemm);
+      sgemm * 1e-9, gdn_c.tokens_per_s, gdn_r.tokens_per_s, kda_c.tokens_per_s, kda_r.tokens_per_s,
+      100.0 * gdn_c.flops / sgemm, 100.0 * kda_c.flops / sgemm);
   return 0;
 }

@@ -116,8 +116,8 @@ std::string coords(const TensorView& t, int64_t i) {
     const double limit = tol.atol + tol.rtol * std::fabs(want[i]);
     if (!std::isfinite(g[i]) || !(err <= limit)) {
       if (bad < 5)
-        first += "\n  at " + coords(got, int64_t(i)) + ": got " + std::to_string(g[i]) +
-                 ", want " + std::to_string(want[i]) + ", |diff| " + std::to_string(err);
+        first += "\n  at " + coords(got, int64_t(i)) + ": got " + std::to_string(g[i]) + ", want " +
+                 std::to_string(want[i]) + ", |diff| " + std::to_string(err);
       ++bad;
     }
     if (std::isfinite(err)) worst = std::max(worst, err);

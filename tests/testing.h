@@ -48,15 +48,15 @@ std::string coords(const TensorView& t, int64_t i);
 }  // namespace hyla::testing
 
 #define EXPECT_CLOSE(got, want, ...) EXPECT_TRUE(::hyla::testing::all_close(got, want, __VA_ARGS__))
-#define EXPECT_OK(expr)                                       \
-  do {                                                        \
-    const ::hyla::Status hyla_s_ = (expr);                    \
-    EXPECT_TRUE(hyla_s_.ok()) << hyla_s_.message();           \
+#define EXPECT_OK(expr)                             \
+  do {                                              \
+    const ::hyla::Status hyla_s_ = (expr);          \
+    EXPECT_TRUE(hyla_s_.ok()) << hyla_s_.message(); \
   } while (0)
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::hyla::Status hyla_s_ = (expr);                    \
-    ASSERT_TRUE(hyla_s_.ok()) << hyla_s_.message();           \
+#define ASSERT_OK(expr)                             \
+  do {                                              \
+    const ::hyla::Status hyla_s_ = (expr);          \
+    ASSERT_TRUE(hyla_s_.ok()) << hyla_s_.message(); \
   } while (0)
 /// The call must fail and its message must contain `substring`.
 #define EXPECT_ERROR_CONTAINS(expr, substring)                                              \

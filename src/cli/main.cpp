@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   sc->add_option("--tokens", selfcheck.bench_tokens, "tokens of the timed prefill")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   sc->add_option("--repeats", selfcheck.repeats, "timed repetitions")->check(CLI::Range(1, 100));
-  sc->add_option("--threads", selfcheck.threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  sc->add_option("--threads", selfcheck.threads, "worker threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
 
   CLI11_PARSE(app, argc, argv);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);

@@ -1,6 +1,6 @@
-// `hyla selfcheck`: (1) chunk == recurrent on random varlen GDN and KDA problems with initial states,
-// (2) the delta rule's overwrite property (beta = 1 under one key reads back the last value),
-// (3) a short benchmark of both algorithms and the one prefill uses.
+// `hyla selfcheck`: (1) chunk == recurrent on random varlen GDN and KDA problems with initial
+// states, (2) the delta rule's overwrite property (beta = 1 under one key reads back the last
+// value), (3) a short benchmark of both algorithms and the one prefill uses.
 #include "cli/selfcheck.h"
 
 #include <algorithm>
@@ -27,11 +27,13 @@ struct Problem {
   Problem(const std::vector<int32_t>& lengths, int64_t H, int64_t HV, int64_t d, bool per_channel,
           DType act, uint32_t seed) {
     std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f), decay(-0.3f, 0.0f), strength(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f), decay(-0.3f, 0.0f),
+        strength(0.0f, 1.0f);
     const int64_t B = int64_t(lengths.size());
     cu = Tensor::empty({B + 1}, DType::kI32);
     cu.data<int32_t>()[0] = 0;
-    for (int64_t b = 0; b < B; ++b) cu.data<int32_t>()[b + 1] = cu.data<int32_t>()[b] + lengths[size_t(b)];
+    for (int64_t b = 0; b < B; ++b)
+      cu.data<int32_t>()[b + 1] = cu.data<int32_t>()[b] + lengths[size_t(b)];
     const int64_t T = cu.data<int32_t>()[B];
     auto random = [&](Tensor t, auto& dist) {
       for (int64_t i = 0; i < t.numel(); ++i) {
@@ -70,8 +72,10 @@ struct Problem {
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = a.dtype() == DType::kBF16 ? bf16_to_f32(a.data<bf16>()[i]) : a.data<float>()[i];
-    const double y = b.dtype() == DType::kBF16 ? bf16_to_f32(b.data<bf16>()[i]) : b.data<float>()[i];
+    const double x =
+        a.dtype() == DType::kBF16 ? bf16_to_f32(a.data<bf16>()[i]) : a.data<float>()[i];
+    const double y =
+        b.dtype() == DType::kBF16 ? bf16_to_f32(b.data<bf16>()[i]) : b.data<float>()[i];
     const double diff = std::fabs(x - y);
     m = std::isfinite(diff) ? std::max(m, diff) : INFINITY;
   }
@@ -114,9 +118,11 @@ bool check_overwrite() {
   const Status s = kernels::gated_delta_rule_chunk(p.params);
   double err = s.ok() ? 0.0 : INFINITY;
   for (int64_t i = 0; s.ok() && i < d; ++i)
-    err = std::max(err, double(std::fabs(p.o.data<float>()[2 * d + i] - p.v.data<float>()[2 * d + i])));
+    err = std::max(err,
+                   double(std::fabs(p.o.data<float>()[2 * d + i] - p.v.data<float>()[2 * d + i])));
   const bool ok = err <= 1e-5;
-  std::printf("  %-32s read-back error %.2e  %s\n", "overwrite (beta = 1)", err, ok ? "ok" : "FAILED");
+  std::printf("  %-32s read-back error %.2e  %s\n", "overwrite (beta = 1)", err,
+              ok ? "ok" : "FAILED");
   return ok;
 }
 
@@ -124,7 +130,8 @@ double best_seconds(const GatedDeltaRuleParams& p, bool chunked, int repeats) {
   double best = INFINITY;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    const Status s = chunked ? kernels::gated_delta_rule_chunk(p) : kernels::gated_delta_rule_recurrent(p);
+    const Status s =
+        chunked ? kernels::gated_delta_rule_chunk(p) : kernels::gated_delta_rule_recurrent(p);
     const auto t1 = std::chrono::steady_clock::now();
     if (!s.ok()) return INFINITY;
     best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
@@ -136,8 +143,10 @@ double best_seconds(const GatedDeltaRuleParams& p, bool chunked, int repeats) {
 
 int run_selfcheck(const SelfcheckOptions& options) {
   if (options.threads > 0) set_num_threads(options.threads);
-  std::printf("hyla %s selfcheck: CPU delta-rule core, %d threads\n\n", HYLA_VERSION, num_threads());
-  std::printf("correctness (chunk vs recurrent, 4 sequences of 1/130/64/200 tokens, H=2, HV=4, d=64):\n");
+  std::printf("hyla %s selfcheck: CPU delta-rule core, %d threads\n\n", HYLA_VERSION,
+              num_threads());
+  std::printf(
+      "correctness (chunk vs recurrent, 4 sequences of 1/130/64/200 tokens, H=2, HV=4, d=64):\n");
   bool ok = true;
   // fp32: both accumulate in fp32 over <= 200 steps; they differ by rounding order only.
   ok &= check_chunk_equals_recurrent("GDN f32", false, DType::kF32, 1e-4);
@@ -147,15 +156,19 @@ int run_selfcheck(const SelfcheckOptions& options) {
   ok &= check_overwrite();
 
   const int64_t T = options.bench_tokens;
-  std::printf("\nbenchmark (1 sequence of %lld tokens, H=2, HV=4, d=128, bf16 in, fp32 state; best of %d):\n",
-              (long long)T, options.repeats);
-  std::printf("| %-4s | %14s | %14s | %-9s |\n", "gate", "chunk tok/s", "recurrent tok/s", "prefill");
+  std::printf(
+      "\nbenchmark (1 sequence of %lld tokens, H=2, HV=4, d=128, bf16 in, fp32 state; best of "
+      "%d):\n",
+      (long long)T, options.repeats);
+  std::printf("| %-4s | %14s | %14s | %-9s |\n", "gate", "chunk tok/s", "recurrent tok/s",
+              "prefill");
   for (bool per_channel : {false, true}) {
     Problem p({int32_t(T)}, 2, 4, 128, per_channel, DType::kBF16, 3);
     const double chunk = best_seconds(p.params, true, options.repeats);
     const double rec = best_seconds(p.params, false, options.repeats);
-    std::printf("| %-4s | %14.0f | %14.0f | %-9s |\n", per_channel ? "KDA" : "GDN", double(T) / chunk,
-                double(T) / rec, kernels::gated_delta_rule_extend_uses_chunk(p.params) ? "chunk" : "recurrent");
+    std::printf("| %-4s | %14.0f | %14.0f | %-9s |\n", per_channel ? "KDA" : "GDN",
+                double(T) / chunk, double(T) / rec,
+                kernels::gated_delta_rule_extend_uses_chunk(p.params) ? "chunk" : "recurrent");
   }
   std::printf("\nselfcheck %s\n", ok ? "passed" : "FAILED");
   return ok ? 0 : 1;

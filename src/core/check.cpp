@@ -1,14 +1,35 @@
 // Argument checks for op entry points (see check.h).
 #include "core/check.h"
 
+#include <vector>
+
 namespace hyla {
 
 namespace {
 std::string expected_shape_string(std::initializer_list<int64_t> shape) {
   std::string s = "[";
   int d = 0;
-  for (int64_t n : shape) s += str_cat(d++ ? ", " : "", n == kAnyDim ? std::string("*") : std::to_string(n));
+  for (int64_t n : shape)
+    s += str_cat(d++ ? ", " : "", n == kAnyDim ? std::string("*") : std::to_string(n));
   return s + "]";
+}
+
+/// "[4, 1]"
+std::string list_string(const int64_t* values, int n) {
+  std::string s = "[";
+  for (int d = 0; d < n; ++d) s += str_cat(d ? ", " : "", values[d]);
+  return s + "]";
+}
+
+/// The strides of a contiguous (row-major) tensor of t's shape.
+std::string contiguous_strides_string(const TensorView& t) {
+  int64_t stride[kMaxDims];
+  int64_t n = 1;
+  for (int d = t.ndim() - 1; d >= 0; --d) {
+    stride[d] = n;
+    n *= t.size(d);
+  }
+  return list_string(stride, t.ndim());
 }
 }  // namespace
 
@@ -47,27 +68,31 @@ Status check_device(std::string_view op, std::string_view name, const TensorView
 
 Status check_last_dim_contiguous(std::string_view op, std::string_view name, const TensorView& t) {
   if (t.ndim() == 0 || t.stride(-1) == 1 || t.size(-1) == 1) return ok_status();
-  return invalid_argument(op, ": ", name, " must have a contiguous last dimension, stride is ",
-                          t.stride(-1));
+  return invalid_argument(op, ": ", name, " must have a contiguous last dimension: stride is ",
+                          t.stride(-1), ", expected 1");
 }
 
 Status check_contiguous(std::string_view op, std::string_view name, const TensorView& t) {
   if (t.is_contiguous()) return ok_status();
-  return invalid_argument(op, ": ", name, " ", t.shape_string(), " must be contiguous");
+  return invalid_argument(op, ": ", name, " ", t.shape_string(),
+                          " must be contiguous: has strides ", list_string(t.strides(), t.ndim()),
+                          ", expected ", contiguous_strides_string(t));
 }
 
 Status check_cu_seqlens(std::string_view op, const TensorView& cu, int64_t total_tokens) {
   HYLA_RETURN_IF_ERROR(check_shape(op, "cu_seqlens", cu, {kAnyDim}, "B+1"));
   HYLA_RETURN_IF_ERROR(check_dtype(op, "cu_seqlens", cu, {DType::kI32}));
   HYLA_RETURN_IF_ERROR(check_device(op, "cu_seqlens", cu, Device::cpu()));
-  if (cu.size(0) < 2) return invalid_argument(op, ": cu_seqlens needs at least 2 entries (B >= 1)");
+  if (cu.size(0) < 2)
+    return invalid_argument(op, ": cu_seqlens has ", cu.size(0), " entries, expected at least 2",
+                            " (B + 1 with B >= 1)");
   const int32_t* c = cu.data<int32_t>();
   const int64_t s = cu.stride(0);
   if (c[0] != 0) return invalid_argument(op, ": cu_seqlens[0] is ", c[0], ", expected 0");
   for (int64_t b = 1; b < cu.size(0); ++b) {
     if (c[b * s] < c[(b - 1) * s])
-      return invalid_argument(op, ": cu_seqlens is not non-decreasing: cu_seqlens[", b, "] = ",
-                              c[b * s], " < cu_seqlens[", b - 1, "] = ", c[(b - 1) * s]);
+      return invalid_argument(op, ": cu_seqlens is not non-decreasing: cu_seqlens[", b,
+                              "] = ", c[b * s], " < cu_seqlens[", b - 1, "] = ", c[(b - 1) * s]);
   }
   const int64_t last = c[(cu.size(0) - 1) * s];
   if (last != total_tokens)
@@ -87,6 +112,39 @@ Status check_slots(std::string_view op, std::string_view name, const TensorView&
     if (s < -1 || s >= num_slots)
       return out_of_range(op, ": ", name, "[", b, "] = ", s, " is outside [0, ", num_slots,
                           ") and is not -1 (skip)");
+  }
+  return ok_status();
+}
+
+namespace {
+int32_t slot_at(const TensorView& slots, int64_t b) {
+  return slots.data<int32_t>()[b * slots.stride(0)];
+}
+}  // namespace
+
+Status check_slot_ownership(std::string_view op, const TensorView& read_slots,
+                            std::string_view read_name, const TensorView& write_slots,
+                            std::string_view write_name, int64_t num_slots) {
+  std::vector<int64_t> writer(size_t(num_slots), -1);
+  if (write_slots.defined()) {
+    for (int64_t b = 0; b < write_slots.size(0); ++b) {
+      const int32_t s = slot_at(write_slots, b);
+      if (s < 0) continue;
+      if (writer[size_t(s)] >= 0)
+        return invalid_argument(op, ": ", write_name, "[", b, "] = ", s, " repeats ", write_name,
+                                "[", writer[size_t(s)], "]; each slot is written by one ",
+                                "sequence only");
+      writer[size_t(s)] = b;
+    }
+  }
+  if (read_slots.defined()) {
+    for (int64_t b = 0; b < read_slots.size(0); ++b) {
+      const int32_t s = slot_at(read_slots, b);
+      if (s >= 0 && writer[size_t(s)] >= 0 && writer[size_t(s)] != b)
+        return invalid_argument(op, ": ", read_name, "[", b, "] = ", s, " is written by ",
+                                write_name, "[", writer[size_t(s)],
+                                "] in the same call; a sequence may only read its own slot");
+    }
   }
   return ok_status();
 }

@@ -20,8 +20,7 @@ Status check_shape(std::string_view op, std::string_view name, const TensorView&
 Status check_dtype(std::string_view op, std::string_view name, const TensorView& t,
                    std::initializer_list<DType> dtypes);
 /// `t` must live on `device`.
-Status check_device(std::string_view op, std::string_view name, const TensorView& t,
-                    Device device);
+Status check_device(std::string_view op, std::string_view name, const TensorView& t, Device device);
 /// The innermost dimension of `t` must have stride 1.
 Status check_last_dim_contiguous(std::string_view op, std::string_view name, const TensorView& t);
 /// `t` must be fully contiguous.
@@ -33,5 +32,13 @@ Status check_cu_seqlens(std::string_view op, const TensorView& cu_seqlens, int64
 /// Validates int32 [B] slot ids: each in [0, num_slots) or -1 (skip).
 Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
                    int64_t batch, int64_t num_slots);
+
+/// Every slot in `write_slots` is written by one sequence only, and no sequence reads (through
+/// `read_slots`) a slot another sequence writes: parallel kernel bodies visit sequences in any
+/// order, so either would make the result depend on that order. Either array may be undefined;
+/// both must already have passed check_slots.
+Status check_slot_ownership(std::string_view op, const TensorView& read_slots,
+                            std::string_view read_name, const TensorView& write_slots,
+                            std::string_view write_name, int64_t num_slots);
 
 }  // namespace hyla

@@ -5,8 +5,8 @@
 
 #include "core/error.h"
 
-#define HYLA_CUDA_CHECK(call)                                                         \
-  do {                                                                                \
-    const cudaError_t hyla_cuda_err_ = (call);                                        \
+#define HYLA_CUDA_CHECK(call)                                                                   \
+  do {                                                                                          \
+    const cudaError_t hyla_cuda_err_ = (call);                                                  \
     HYLA_CHECK(hyla_cuda_err_ == cudaSuccess, #call, ": ", cudaGetErrorString(hyla_cuda_err_)); \
   } while (0)

@@ -19,8 +19,9 @@ void* cuda_alloc(size_t bytes) {
 void cuda_free(void* ptr) { HYLA_CUDA_CHECK(cudaFree(ptr)); }
 
 void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes) {
-  const cudaMemcpyKind kind = dst_cuda ? (src_cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
-                                       : (src_cuda ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  const cudaMemcpyKind kind = dst_cuda
+                                  ? (src_cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                  : (src_cuda ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
   HYLA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
 }
 

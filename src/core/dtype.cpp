@@ -32,9 +32,10 @@ f16 f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u)};  // nan
+  if (abs > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u)};   // nan
   if (abs >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};  // overflow (rounds to inf)
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {
+    // The result is subnormal or zero.
     if (abs < 0x33000000u) return f16{sign};  // below half the smallest subnormal
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

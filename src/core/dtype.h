@@ -69,6 +69,8 @@ f16 f32_to_f16(float f);
 /// Maps a C++ element type to its DType (used by TensorView::data<T>() checks).
 template <typename T>
 struct DTypeOf;
+// One line per type reads as a table.
+// clang-format off
 template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
 template <> struct DTypeOf<double> { static constexpr DType value = DType::kF64; };
 template <> struct DTypeOf<bf16> { static constexpr DType value = DType::kBF16; };
@@ -77,6 +79,7 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kI32
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kI64; };
 template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kI8; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kU8; };
+// clang-format on
 
 /// Loads one element of a floating type as fp32.
 inline float load_f32(const float* p) { return *p; }

@@ -15,12 +15,20 @@ namespace hyla {
 template <typename... Args>
 std::string str_cat(const Args&... args) {
   std::ostringstream os;
-  (os << ... << args);
+  ((os << args), ...);  // a comma fold: str_cat() with no arguments is ""
   return os.str();
 }
 
-enum class ErrorCode { kOk, kInvalidArgument, kOutOfRange, kUnsupported, kNotFound, kIo, kInternal,
-                       kOutOfMemory };
+enum class ErrorCode {
+  kOk,
+  kInvalidArgument,
+  kOutOfRange,
+  kUnsupported,
+  kNotFound,
+  kIo,
+  kInternal,
+  kOutOfMemory
+};
 
 /// The result of an operation that can fail: ok, or a code with a message that names the op,
 /// the offending value and what was expected.
@@ -58,12 +66,22 @@ Status internal_error(const Args&... args) {
   return Status(ErrorCode::kInternal, str_cat(args...));
 }
 
+[[noreturn]] inline void check_failed(const char* file, int line, const char* cond,
+                                      const std::string& message) {
+  std::fprintf(stderr, "%s:%d: HYLA_CHECK(%s) failed: %s\n", file, line, cond, message.c_str());
+  std::abort();
+}
+
 /// A value or the Status saying why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit on purpose
-  Result(Status status) : status_(std::move(status)) {}  // NOLINT
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit on purpose
+  Result(Status status) : status_(std::move(status)) {  // NOLINT
+    if (status_.ok())
+      check_failed(__FILE__, __LINE__, "!status.ok()",
+                   "a Result without a value needs an error Status");
+  }
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
   T& value() & { return *value_; }
@@ -77,23 +95,19 @@ class [[nodiscard]] Result {
   std::optional<T> value_;
 };
 
-[[noreturn]] inline void check_failed(const char* file, int line, const char* cond,
-                                      const std::string& message) {
-  std::fprintf(stderr, "%s:%d: HYLA_CHECK(%s) failed: %s\n", file, line, cond, message.c_str());
-  std::abort();
-}
-
 }  // namespace hyla
 
 /// Invariant check: aborts with file:line, the condition and a message built from the arguments.
-#define HYLA_CHECK(cond, ...)                                                           \
-  do {                                                                                  \
-    if (!(cond)) ::hyla::check_failed(__FILE__, __LINE__, #cond, ::hyla::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
+#define HYLA_CHECK(cond, ...)                                               \
+  do {                                                                      \
+    if (!(cond))                                                            \
+      ::hyla::check_failed(__FILE__, __LINE__, #cond,                       \
+                           ::hyla::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
 
 /// Returns the Status of `expr` from the enclosing function if it is not ok.
-#define HYLA_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::hyla::Status hyla_status_ = (expr);       \
+#define HYLA_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::hyla::Status hyla_status_ = (expr);        \
     if (!hyla_status_.ok()) return hyla_status_; \
   } while (0)

@@ -85,6 +85,7 @@ std::string TensorView::to_string() const {
 }
 
 Tensor Tensor::empty(int ndim, const int64_t* shape, DType dtype, Device device) {
+  HYLA_CHECK(ndim >= 0 && ndim <= kMaxDims, "at most ", kMaxDims, " dims, got ", ndim);
   int64_t stride[kMaxDims];
   int64_t n = 1;
   for (int d = ndim - 1; d >= 0; --d) {

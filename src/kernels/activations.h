@@ -3,7 +3,8 @@
 //   sigmoid:  y = 1 / (1 + exp(-x))
 //   softplus: y = log(1 + exp(x)), y = x for x > 20 (torch threshold)
 //   silu:     y = x * sigmoid(x)
-// x, y: same shape (1-4 dims), f32 | bf16 | f16 each, last dimension contiguous; y may alias x.
+// x, y: same shape (1-4 dims), f32 | bf16 | f16 each, last dimension contiguous; y may alias x
+// when it has x's dtype and strides (in place).
 // Compute is fp32.
 #pragma once
 

@@ -4,11 +4,20 @@
 // where positions before a sequence's first token come from its conv state (oldest first), or are
 // zero when the sequence has no initial state. w[c, K-1] multiplies the current token.
 // Conv state layout: pool [slot, D, K-1], the K-1 most recent inputs per channel, oldest first.
+// The pool may be a strided view (e.g. one layer's part of a per-slot buffer); its last dim is
+// contiguous. Supported kernel sizes K: 1 to kMaxCausalConvKernel (models use 4).
+// The final state is the last K-1 inputs of history + tokens, so a sequence shorter than K-1 keeps
+// part of its history; the final slot may equal the initial slot (in-place update).
+// Slot rules (checked): a slot is written by at most one sequence / row, and a slot that one
+// sequence writes is not read by another in the same call.
 #pragma once
 
 #include "core/tensor.h"
 
 namespace hyla::kernels {
+
+/// Largest conv kernel size K the bodies support.
+inline constexpr int kMaxCausalConvKernel = 8;
 
 /// Prefill over a packed batch.
 struct CausalConv1dParams {
@@ -18,9 +27,9 @@ struct CausalConv1dParams {
   TensorView cu_seqlens;     ///< [B+1] i32, host
   TensorView conv_state;     ///< [slots, D, K-1] f32|bf16 pool; needed iff any slot array is given
   TensorView initial_slots;  ///< optional [B] i32, host: slot to read history from, -1 = zeros
-  TensorView final_slots;    ///< optional [B] i32, host: slot to write the last K-1 inputs to, -1 = skip
+  TensorView final_slots;    ///< optional [B] i32, host: slot for the last K-1 inputs, -1 = skip
   bool silu = true;          ///< apply SiLU to the output
-  TensorView y;              ///< out [T, D] f32|bf16
+  TensorView y;              ///< out [T, D] f32|bf16; must not overlap x
 };
 
 /// Decode: one new token per sequence; slides each slot's window in place.
@@ -30,8 +39,8 @@ struct CausalConv1dUpdateParams {
   TensorView bias;        ///< optional [D]
   TensorView conv_state;  ///< [slots, D, K-1] f32|bf16 pool, updated in place
   TensorView slots;       ///< [B] i32, host; -1 = padding: row skipped, y row left untouched
-  bool silu = true;
-  TensorView y;           ///< out [B, D] f32|bf16
+  bool silu = true;       ///< apply SiLU to the output
+  TensorView y;           ///< out [B, D] f32|bf16; must not overlap x
 };
 
 Status causal_conv1d(const CausalConv1dParams& p, Stream stream = {});

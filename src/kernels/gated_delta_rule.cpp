@@ -51,8 +51,8 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
   HYLA_RETURN_IF_ERROR(check_dtype(op, "beta", p.beta, {DType::kF32}));
 
   const Device device = p.q.device();
-  for (const auto& [name, t] : {std::pair{"k", &p.k}, {"v", &p.v}, {"g", &p.g}, {"beta", &p.beta},
-                                {"o", &p.o}}) {
+  for (const auto& [name, t] :
+       {std::pair{"k", &p.k}, {"v", &p.v}, {"g", &p.g}, {"beta", &p.beta}, {"o", &p.o}}) {
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
 
@@ -60,8 +60,8 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
   const int64_t B = p.cu_seqlens.size(0) - 1;
   const bool uses_pool = p.initial_slots.defined() || p.final_slots.defined();
   if (uses_pool) {
-    HYLA_RETURN_IF_ERROR(
-        check_shape(op, "state_pool", p.state_pool, {kAnyDim, HV, d_v, d_k}, "slots, HV, d_v, d_k"));
+    HYLA_RETURN_IF_ERROR(check_shape(op, "state_pool", p.state_pool, {kAnyDim, HV, d_v, d_k},
+                                     "slots, HV, d_v, d_k"));
     HYLA_RETURN_IF_ERROR(check_dtype(op, "state_pool", p.state_pool, {DType::kF32, DType::kBF16}));
     HYLA_RETURN_IF_ERROR(check_contiguous(op, "state_pool", p.state_pool));
     HYLA_RETURN_IF_ERROR(check_device(op, "state_pool", p.state_pool, device));
@@ -70,6 +70,8 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
       HYLA_RETURN_IF_ERROR(check_slots(op, "initial_slots", p.initial_slots, B, slots));
     if (p.final_slots.defined())
       HYLA_RETURN_IF_ERROR(check_slots(op, "final_slots", p.final_slots, B, slots));
+    HYLA_RETURN_IF_ERROR(check_slot_ownership(op, p.initial_slots, "initial_slots", p.final_slots,
+                                              "final_slots", slots));
   }
   if (p.step_states.defined()) {
     if (chunked)
@@ -98,7 +100,8 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
 Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/false));
   if (p.q.device().is_cuda())
-    return unsupported("gated_delta_rule_recurrent: no CUDA body yet (CUDA decode kernels: issue 4)");
+    return unsupported(
+        "gated_delta_rule_recurrent: no CUDA body yet (CUDA decode kernels: issue 4)");
   cpu::gated_delta_rule_recurrent(p);
   return ok_status();
 }
@@ -106,7 +109,8 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream) {
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
   if (p.q.device().is_cuda())
-    return unsupported("gated_delta_rule_chunk: no CUDA body yet (CUDA prefill kernels: later issue)");
+    return unsupported(
+        "gated_delta_rule_chunk: no CUDA body yet (CUDA prefill kernels: later issue)");
   cpu::gated_delta_rule_chunk(p);
   return ok_status();
 }
@@ -119,8 +123,9 @@ bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p) {
 
 Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream) {
   if (p.step_states.defined())
-    return invalid_argument("gated_delta_rule_extend: step_states is a verify output; call "
-                            "gated_delta_rule_recurrent");
+    return invalid_argument(
+        "gated_delta_rule_extend: step_states is a verify output; call "
+        "gated_delta_rule_recurrent");
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
   return gated_delta_rule_extend_uses_chunk(p) ? gated_delta_rule_chunk(p, stream)
                                                : gated_delta_rule_recurrent(p, stream);

@@ -1,16 +1,16 @@
 // The gated delta rule (seed: 统一递归形式, Gated DeltaNet, KDA; reference gated_delta_rule_ref).
 // Per value head h (key head h / (HV / H)), per token t, with the state S in R^{d_k x d_v}:
 //   q, k <- l2norm(q), l2norm(k) (optional);  q <- scale * q  (scale = d_k^-1/2 by default)
-//   S'    = Diag(exp(g_t)) S          decay: GDN g_t is one scalar per head, KDA one per key channel
-//   v_hat = k_t S'                    predict with the decayed state
-//   delta = beta_t (v_t - v_hat)      error
-//   S     = S' + k_t^T delta          write
-//   o_t   = q_t S                     read
+//   S'    = Diag(exp(g_t)) S          decay: GDN g_t is one scalar per head, KDA one per key
+//   channel v_hat = k_t S'                    predict with the decayed state delta = beta_t (v_t -
+//   v_hat)      error S     = S' + k_t^T delta          write o_t   = q_t S read
 // Two algorithms compute it: `recurrent` (token by token; decode, verify) and `chunk` (chunks of
-// C = 64 tokens collapsed with the WY/UT representation and a 64x64 lower-triangular solve; prefill).
+// C = 64 tokens collapsed with the WY/UT representation and a 64x64 lower-triangular solve;
+// prefill).
 //
-// Layouts (DESIGN.md §3): activations packed over a batch of B sequences (cu_seqlens), never padded.
-// The state pool is [slot, HV, d_v, d_k] with d_k contiguous, i.e. each pool entry stores S^T.
+// Layouts (DESIGN.md §3): activations packed over a batch of B sequences (cu_seqlens), never
+// padded. The state pool is [slot, HV, d_v, d_k] with d_k contiguous, i.e. each pool entry stores
+// S^T.
 #pragma once
 
 #include <cstdint>
@@ -23,13 +23,13 @@ namespace hyla::kernels {
 inline constexpr int kDeltaRuleChunk = 64;
 
 struct GatedDeltaRuleParams {
-  TensorView q;     ///< [T, H, d_k] f32|bf16
-  TensorView k;     ///< [T, H, d_k] f32|bf16
-  TensorView v;     ///< [T, HV, d_v] f32|bf16; HV is a multiple of H (GVA)
+  TensorView q;  ///< [T, H, d_k] f32|bf16
+  TensorView k;  ///< [T, H, d_k] f32|bf16
+  TensorView v;  ///< [T, HV, d_v] f32|bf16; HV is a multiple of H (GVA)
   /// Log-space decay, f32, g <= 0: [T, HV] for GDN (scalar gate) or [T, HV, d_k] for KDA
   /// (per-channel gate). The rank selects the variant.
   TensorView g;
-  TensorView beta;  ///< [T, HV] f32, write strength in [0, 1]
+  TensorView beta;        ///< [T, HV] f32, write strength in [0, 1]
   TensorView cu_seqlens;  ///< [B+1] i32, host; sequence b is tokens [cu[b], cu[b+1])
 
   /// [slots, HV, d_v, d_k] f32|bf16 (fp32 by default). Needed iff a slot array is given.
@@ -48,8 +48,9 @@ struct GatedDeltaRuleParams {
   /// recurrent only, optional out [T, HV, d_v, d_k] f32: the state after every token (verify).
   TensorView step_states;
   /// chunk only, optional out [N, HV, d_v, d_k] f32: the state after every full multiple of 64
-  /// tokens of each sequence, sequences in order; N = gated_delta_rule_num_chunk_states(cu_seqlens).
-  /// Sequence b's state after 64 (j + 1) tokens is entry chunk_state_offset(b) + j.
+  /// tokens of each sequence, sequences in order; N =
+  /// gated_delta_rule_num_chunk_states(cu_seqlens). Sequence b's state after 64 (j + 1) tokens is
+  /// entry chunk_state_offset(b) + j.
   TensorView chunk_states;
 };
 

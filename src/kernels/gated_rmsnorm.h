@@ -13,9 +13,9 @@ struct GatedRmsNormParams {
   TensorView x;       ///< [T, HV, d_v] f32|bf16, last dim contiguous
   TensorView gate;    ///< [T, HV, d_v] f32|bf16 (z for GDN, sigmoid gate input for KDA)
   TensorView weight;  ///< [d_v] f32|bf16, shared by all heads
-  float eps = 1e-6f;
-  GateActivation act = GateActivation::kSilu;
-  TensorView y;       ///< out [T, HV, d_v] f32|bf16; may alias x
+  float eps = 1e-6f;  ///< > 0; HF: rms_norm_eps (Qwen3-Next 1e-6, Kimi 1e-5)
+  GateActivation act = GateActivation::kSilu;  ///< silu (GDN) or sigmoid (KDA)
+  TensorView y;  ///< out [T, HV, d_v] f32|bf16; may alias x (same dtype and strides)
 };
 
 Status gated_rmsnorm(const GatedRmsNormParams& p, Stream stream = {});

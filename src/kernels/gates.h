@@ -25,11 +25,12 @@ struct KdaGateParams {
   TensorView f;        ///< [T, H, d_k] f32|bf16, raw forget input (f_b_proj(f_a_proj(x)))
   TensorView A_log;    ///< [H] f32 (K3 checkpoints store [head_dim]: pass the first H entries)
   TensorView dt_bias;  ///< [H, d_k] f32
-  /// Safe gate when set (K3: -5); the plain softplus gate otherwise.
+  /// Safe gate when set (finite, <= 0; K3: -5): g in [lower_bound, 0]. Plain softplus gate
+  /// otherwise.
   std::optional<float> lower_bound;
-  TensorView g;        ///< out [T, H, d_k] f32
-  TensorView b;        ///< optional [T, H] f32|bf16 raw write strength
-  TensorView beta;     ///< out [T, H] f32 = sigmoid(b); required iff b is given
+  TensorView g;     ///< out [T, H, d_k] f32
+  TensorView b;     ///< optional [T, H] f32|bf16 raw write strength
+  TensorView beta;  ///< out [T, H] f32 = sigmoid(b); required iff b is given
 };
 
 Status gdn_gate(const GdnGateParams& p, Stream stream = {});

@@ -1,5 +1,6 @@
 // CPU bodies of the gated delta rule (declared in kernels/gated_delta_rule.h).
-// Work is split over (sequence, value head) pairs; each pair keeps its state S^T [d_v, d_k] in fp32.
+// Work is split over (sequence, value head) pairs; each pair keeps its state S^T [d_v, d_k] in
+// fp32.
 //
 // recurrent: one pass over the state rows per token (decay, predict, write, read fused per row).
 // chunk:     per chunk of n <= 64 tokens, with G_t = sum_{s<=t} g_s (inclusive, within the chunk):
@@ -14,6 +15,8 @@
 // KDA (per-channel G) computes the A blocks in 16-token sub-chunks: between sub-chunks via a
 // reference point between j and t (both factors <= 1, one gemm), inside the diagonal sub-chunk
 // pair by pair.
+#include "kernels/gated_delta_rule.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -21,7 +24,6 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "kernels/gated_delta_rule.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/scalar_math.h"
 
@@ -35,7 +37,7 @@ constexpr int kSubChunk = 16;
 /// Geometry shared by both algorithms.
 struct Shape {
   int64_t T, H, HV, d_k, d_v, B;
-  int64_t group;   // HV / H: value heads per key head
+  int64_t group;     // HV / H: value heads per key head
   bool per_channel;  // KDA gate
   float scale;
 };
@@ -94,8 +96,9 @@ int64_t pool_offset(const TensorView& pool, int64_t slot, int64_t hv) {
 }
 
 void load_state(const GatedDeltaRuleParams& p, int64_t b, int64_t hv, int64_t n, float* st) {
-  const int32_t slot =
-      p.initial_slots.defined() ? p.initial_slots.data<int32_t>()[b * p.initial_slots.stride(0)] : -1;
+  const int32_t slot = p.initial_slots.defined()
+                           ? p.initial_slots.data<int32_t>()[b * p.initial_slots.stride(0)]
+                           : -1;
   if (slot < 0) {
     std::fill_n(st, n, 0.0f);
     return;
@@ -200,12 +203,22 @@ struct ChunkScratch {
   std::vector<float> o;     // [C, d_v]
 
   ChunkScratch(int64_t dk, int64_t dv, bool per_channel)
-      : d_k(dk), d_v(dv), ld_rhs(dv + dk), st(size_t(dv * dk)), q(size_t(kChunk * dk)),
-        k(size_t(kChunk * dk)), G(size_t(per_channel ? kChunk * dk : kChunk)),
-        beta(size_t(kChunk)), qg(size_t(kChunk * dk)), kd(size_t(kChunk * dk)),
-        kl(size_t(per_channel ? kChunk * dk : 0)), kr(size_t(per_channel ? kChunk * dk : 0)),
-        akk(size_t(kChunk * kChunk)), aqk(size_t(kChunk * kChunk)),
-        rhs(size_t(kChunk * (dv + dk))), o(size_t(kChunk * dv)) {}
+      : d_k(dk),
+        d_v(dv),
+        ld_rhs(dv + dk),
+        st(size_t(dv * dk)),
+        q(size_t(kChunk * dk)),
+        k(size_t(kChunk * dk)),
+        G(size_t(per_channel ? kChunk * dk : kChunk)),
+        beta(size_t(kChunk)),
+        qg(size_t(kChunk * dk)),
+        kd(size_t(kChunk * dk)),
+        kl(size_t(per_channel ? kChunk * dk : 0)),
+        kr(size_t(per_channel ? kChunk * dk : 0)),
+        akk(size_t(kChunk * kChunk)),
+        aqk(size_t(kChunk * kChunk)),
+        rhs(size_t(kChunk * (dv + dk))),
+        o(size_t(kChunk * dv)) {}
 };
 
 /// GDN: A_kk and A_qk from K K^T and Q K^T scaled by exp(G_t - G_j) (scalar per token).
@@ -406,7 +419,8 @@ void gated_delta_rule_chunk(const GatedDeltaRuleParams& p) {
     ChunkScratch w(s.d_k, s.d_v, s.per_channel);
     load_state(p, b, hv, s.d_v * s.d_k, w.st.data());
     const int64_t begin = cu[b * cu_stride], end = cu[(b + 1) * cu_stride];
-    int64_t boundary = p.chunk_states.defined() ? gated_delta_rule_chunk_state_offset(p.cu_seqlens, b) : 0;
+    int64_t boundary =
+        p.chunk_states.defined() ? gated_delta_rule_chunk_state_offset(p.cu_seqlens, b) : 0;
     for (int64_t t0 = begin; t0 < end; t0 += kChunk) {
       const int n = int(std::min<int64_t>(kChunk, end - t0));
       chunk_step(p, s, w, t0, n, hv, kh);

@@ -1,0 +1,74 @@
+// Entry points of the elementwise activations and l2norm: argument checks, then dispatch to the CPU
+// or CUDA body.
+#include "kernels/activations.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/check.h"
+
+namespace hyla::kernels {
+
+namespace {
+
+std::string activation_op_name(Activation act) {
+  switch (act) {
+    case Activation::kSigmoid: return "activation(sigmoid)";
+    case Activation::kSoftplus: return "activation(softplus)";
+    case Activation::kSilu: return "activation(silu)";
+  }
+  return "activation";
+}
+
+/// Checks shared by every elementwise op: x is 1-4 dims, y has x's shape, both float with a
+/// contiguous last dimension on one device, and y aliases x only exactly.
+Status check_elementwise(std::string_view op, const TensorView& x, const TensorView& y) {
+  if (!x.defined()) return invalid_argument(op, ": x is missing");
+  if (x.ndim() < 1 || x.ndim() > 4)
+    return invalid_argument(op, ": x has shape ", x.shape_string(), ", expected 1 to 4 dims");
+  if (!y.defined()) return invalid_argument(op, ": y is missing");
+  bool same_shape = y.ndim() == x.ndim();
+  for (int d = 0; same_shape && d < x.ndim(); ++d) same_shape = y.size(d) == x.size(d);
+  if (!same_shape)
+    return invalid_argument(op, ": y has shape ", y.shape_string(), ", expected ", x.shape_string(),
+                            " (the shape of x)");
+  for (const auto& [name, t] : {std::pair{"x", &x}, {"y", &y}}) {
+    HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32, DType::kBF16, DType::kF16}));
+    HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
+  }
+  HYLA_RETURN_IF_ERROR(check_device(op, "y", y, x.device()));
+  if (y.raw() == x.raw()) {
+    bool same_layout = y.dtype() == x.dtype();
+    for (int d = 0; same_layout && d < x.ndim(); ++d) same_layout = y.stride(d) == x.stride(d);
+    if (!same_layout)
+      return invalid_argument(op, ": y aliases x with a different dtype or strides (y ",
+                              dtype_name(y.dtype()), ", x ", dtype_name(x.dtype()),
+                              "); in place needs the same layout");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream) {
+  HYLA_RETURN_IF_ERROR(check_elementwise("l2norm", x, y));
+  if (!(eps > 0.0f) || !std::isfinite(eps))
+    return invalid_argument("l2norm: eps is ", eps, ", expected a finite value > 0 (keeps zero ",
+                            "rows finite)");
+  if (x.device().is_cuda()) return unsupported("l2norm: no CUDA body yet");
+  cpu::l2norm(x, y, eps);
+  return ok_status();
+}
+
+Status activation(Activation act, const TensorView& x, const TensorView& y, Stream) {
+  if (act != Activation::kSigmoid && act != Activation::kSoftplus && act != Activation::kSilu)
+    return invalid_argument("activation: act is ", int(act),
+                            ", expected kSigmoid, kSoftplus or kSilu");
+  const std::string op = activation_op_name(act);
+  HYLA_RETURN_IF_ERROR(check_elementwise(op, x, y));
+  if (x.device().is_cuda()) return unsupported(op, ": no CUDA body yet");
+  cpu::activation(act, x, y);
+  return ok_status();
+}
+
+}  // namespace hyla::kernels

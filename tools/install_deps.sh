@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Hyla builds and tests with. Idempotent: when every package is
+# already installed it changes nothing and needs no network. Runs apt-get as root, or through sudo.
+# CUDA is not installed here: the build uses nvcc when it finds one (see README, HYLA_CUDA).
+set -euo pipefail
+
+# One list for every script (setup_and_run.sh, setup_and_test.sh, .ci/run).
+packages=(
+  cmake                  # >= 3.24
+  ninja-build
+  g++                    # C++20; libgomp (OpenMP) comes with it
+  git                    # tools/format.sh lists tracked files
+  libcli11-dev           # the hyla command's argument parser (CLI11, header-only)
+  libgtest-dev           # tests (GoogleTest)
+  libgmock-dev
+  libbenchmark-dev       # CPU benchmarks (Google Benchmark)
+  libopenblas-openmp-dev # BLAS; the OpenMP build runs single-threaded inside parallel regions
+  clang-format           # tools/format.sh (version 14 on Debian 12)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install_deps.sh: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "install_deps.sh: not root and no sudo; install these packages: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install_deps.sh: installing ${missing[*]}"
+"${as_root[@]}" apt-get update
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the packages, builds Hyla with its tests and runs them with CTest. Idempotent.
+#   bash tools/setup_and_test.sh             build/: Release, CUDA when nvcc is found
+#   bash tools/setup_and_test.sh --sanitize  build-asan/: AddressSanitizer + UBSan, CPU only,
+#                                            no benchmarks
+# Environment: HYLA_CUDA=AUTO|ON|OFF (default AUTO), HYLA_BUILD_DIR (default build/ or build-asan/).
+set -euo pipefail
+
+sanitize=0
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    -h | --help)
+      sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "setup_and_test.sh: unknown argument $arg (use --sanitize or --help)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash tools/install_deps.sh
+
+if [[ $sanitize -eq 1 ]]; then
+  build_dir="${HYLA_BUILD_DIR:-build-asan}"
+  options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DHYLA_SANITIZE=ON -DHYLA_CUDA=OFF -DHYLA_BENCH=OFF)
+  # UBSan reports come with a stack trace (-fno-sanitize-recover makes each one fatal).
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+else
+  build_dir="${HYLA_BUILD_DIR:-build}"
+  options=(-DCMAKE_BUILD_TYPE=Release -DHYLA_SANITIZE=OFF -DHYLA_CUDA="${HYLA_CUDA:-AUTO}")
+fi
+
+# Keep the generator of an existing build directory; a new one uses Ninja.
+generator=()
+[[ -f "$build_dir/CMakeCache.txt" ]] || generator=(-G Ninja)
+
+cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON "${options[@]}"
+cmake --build "$build_dir"
+ctest --test-dir "$build_dir" --output-on-failure -j2
