@@ -65,7 +65,7 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream = {})
 Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream = {});
 /// Mean tokens per sequence from which the CPU chunk algorithm beats the recurrent one
 /// (measured by bench/gated_delta_rule.cpp, recorded in docs/perf.md).
-inline constexpr int64_t kCpuChunkMinTokens = 64;
+inline constexpr int64_t kCpuChunkMinTokens = 16;
 /// True when gated_delta_rule_extend would run the chunk algorithm for p.
 bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p);
 

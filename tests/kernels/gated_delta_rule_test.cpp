@@ -1218,7 +1218,7 @@ TEST(GatedDeltaRuleTest, ExtendPicksChunkForLongSequences) {
   };
   const ExtendCase cases[] = {
       {{1, 1, 1, 1}, false, false},  // decode-like: recurrent
-      {{40, 10}, false, false},      // 25 tokens per sequence < kCpuChunkMinTokens
+      {{10, 4}, false, false},       // 7 tokens per sequence < kCpuChunkMinTokens
       {{130, 70}, false, true},      // 100 tokens per sequence
       {{64}, true, true},            // boundary states need the chunk algorithm
   };
