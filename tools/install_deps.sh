@@ -14,6 +14,7 @@ packages=(
   libgtest-dev           # tests (GoogleTest)
   libgmock-dev
   libbenchmark-dev       # CPU benchmarks (Google Benchmark)
+  nlohmann-json3-dev     # JSON: safetensors headers, config.json (header-only)
   libopenblas-openmp-dev # BLAS; the OpenMP build runs single-threaded inside parallel regions
   clang-format           # tools/format.sh (version 14 on Debian 12)
 )

@@ -105,6 +105,16 @@ class [[nodiscard]] Result {
                            ::hyla::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
 
+#define HYLA_CONCAT_INNER(a, b) a##b
+#define HYLA_CONCAT(a, b) HYLA_CONCAT_INNER(a, b)
+
+/// `HYLA_ASSIGN_OR_RETURN(Tensor t, load(...));` declares t from a Result, or returns its error.
+#define HYLA_ASSIGN_OR_RETURN(lhs, expr)                                         \
+  auto HYLA_CONCAT(hyla_result_, __LINE__) = (expr);                             \
+  if (!HYLA_CONCAT(hyla_result_, __LINE__).ok())                                 \
+    return HYLA_CONCAT(hyla_result_, __LINE__).status();                         \
+  lhs = std::move(HYLA_CONCAT(hyla_result_, __LINE__)).value()
+
 /// Returns the Status of `expr` from the enclosing function if it is not ok.
 #define HYLA_RETURN_IF_ERROR(expr)               \
   do {                                           \

@@ -67,6 +67,29 @@ TensorView TensorView::slice(int64_t begin, int64_t end) const {
   return v;
 }
 
+TensorView TensorView::narrow(int d, int64_t begin, int64_t length) const {
+  if (d < 0) d += ndim_;
+  HYLA_CHECK(d >= 0 && d < ndim_ && begin >= 0 && length >= 0 && begin + length <= shape_[d],
+             "narrow(", d, ", ", begin, ", ", length, ") on ", shape_string());
+  TensorView v = *this;
+  v.data_ = static_cast<char*>(data_) + begin * stride_[d] * dtype_size(dtype_);
+  v.shape_[d] = length;
+  return v;
+}
+
+TensorView TensorView::unflatten_last(int64_t heads, int64_t dim) const {
+  HYLA_CHECK(ndim_ >= 1 && ndim_ < kMaxDims && heads * dim == shape_[ndim_ - 1] &&
+                 (stride_[ndim_ - 1] == 1 || shape_[ndim_ - 1] <= 1),
+             "unflatten_last(", heads, ", ", dim, ") on ", shape_string());
+  TensorView v = *this;
+  v.shape_[ndim_ - 1] = heads;
+  v.stride_[ndim_ - 1] = dim;
+  v.shape_[ndim_] = dim;
+  v.stride_[ndim_] = 1;
+  ++v.ndim_;
+  return v;
+}
+
 TensorView TensorView::reshape(std::initializer_list<int64_t> shape) const {
   TensorView v(data_, dtype_, shape, device_);
   HYLA_CHECK(is_contiguous() && v.numel() == numel(), "reshape of ", shape_string(), " to ",
@@ -74,10 +97,14 @@ TensorView TensorView::reshape(std::initializer_list<int64_t> shape) const {
   return v;
 }
 
-std::string TensorView::shape_string() const {
+std::string shape_string(std::span<const int64_t> shape) {
   std::string s = "[";
-  for (int d = 0; d < ndim_; ++d) s += str_cat(d ? ", " : "", shape_[d]);
+  for (size_t d = 0; d < shape.size(); ++d) s += str_cat(d ? ", " : "", shape[d]);
   return s + "]";
+}
+
+std::string TensorView::shape_string() const {
+  return hyla::shape_string(std::span<const int64_t>(shape_, size_t(ndim_)));
 }
 
 std::string TensorView::to_string() const {

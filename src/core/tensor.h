@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/dtype.h"
@@ -26,6 +27,8 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 std::string device_name(Device d);
+/// "[4, 32, 128]"
+std::string shape_string(std::span<const int64_t> shape);
 
 /// A CUDA stream handle (cudaStream_t) carried through kernel calls; null = default stream.
 struct Stream {
@@ -71,6 +74,10 @@ class TensorView {
   TensorView select(int64_t i) const;
   /// View of rows [begin, end) along dimension 0.
   TensorView slice(int64_t begin, int64_t end) const;
+  /// View of elements [begin, begin + length) along dimension d (same rank, same strides).
+  TensorView narrow(int d, int64_t begin, int64_t length) const;
+  /// Splits the last dimension (stride 1) into [heads, dim]: [..., heads * dim] -> [..., heads, dim].
+  TensorView unflatten_last(int64_t heads, int64_t dim) const;
   /// Same data, new contiguous shape (requires a contiguous view with the same numel).
   TensorView reshape(std::initializer_list<int64_t> shape) const;
 

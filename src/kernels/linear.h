@@ -1,0 +1,28 @@
+// Dense projection (HF nn.Linear / F.linear): y = x W^T + bias, fp32 compute through OpenBLAS.
+//   y[t, n] = sum_k x[t, k] * W[n, k] + bias[n]
+// bf16 / f16 weights are widened to fp32 a tile of rows at a time, so the full weight is never
+// copied; f32 weights go to one sgemm (or sgemv for T = 1) that OpenBLAS threads itself.
+// Layouts: x and y may have any row stride (y may be a column slice of a wider buffer); the
+// weight is contiguous [N, K] (the checkpoint's [out_features, in_features]).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace hyla::kernels {
+
+struct LinearParams {
+  TensorView x;       ///< [T, K] f32, last dim contiguous, any row stride; T may be 0
+  TensorView weight;  ///< [N, K] f32|bf16|f16, contiguous
+  TensorView bias;    ///< optional [N] f32
+  /// out [T, N] f32, last dim contiguous, any row stride (may be a column slice of a wider
+  /// buffer); must not overlap x
+  TensorView y;
+};
+
+Status linear(const LinearParams& p, Stream stream = {});
+
+namespace cpu {
+void linear(const LinearParams& p);
+}  // namespace cpu
+
+}  // namespace hyla::kernels

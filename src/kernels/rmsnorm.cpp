@@ -1,0 +1,57 @@
+// Entry point of RMSNorm: argument checks, then dispatch to the CPU or CUDA body.
+#include "kernels/rmsnorm.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace hyla::kernels {
+
+namespace {
+
+Status check_rmsnorm(const RmsNormParams& p) {
+  constexpr const char* op = "rmsnorm";
+  if (!p.x.defined()) return invalid_argument(op, ": x is missing");
+  if (p.x.ndim() < 1 || p.x.ndim() > 4)
+    return invalid_argument(op, ": x has shape ", p.x.shape_string(), ", expected 1 to 4 dims");
+  const int64_t d = p.x.size(-1);
+  HYLA_RETURN_IF_ERROR(check_shape(op, "weight", p.weight, {d}, "d"));
+  if (!p.y.defined()) return invalid_argument(op, ": y is missing");
+  bool same_shape = p.y.ndim() == p.x.ndim();
+  for (int i = 0; same_shape && i < p.x.ndim(); ++i) same_shape = p.y.size(i) == p.x.size(i);
+  if (!same_shape)
+    return invalid_argument(op, ": y has shape ", p.y.shape_string(), ", expected ",
+                            p.x.shape_string(), " (the shape of x)");
+  const Device device = p.x.device();
+  for (const auto& [name, t] : {std::pair{"x", &p.x}, {"weight", &p.weight}, {"y", &p.y}}) {
+    HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32, DType::kBF16}));
+    HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
+    HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
+  }
+  if (p.y.raw() == p.x.raw()) {
+    bool same_layout = p.y.dtype() == p.x.dtype();
+    for (int i = 0; same_layout && i < p.x.ndim(); ++i)
+      same_layout = p.y.stride(i) == p.x.stride(i);
+    if (!same_layout)
+      return invalid_argument(op, ": y aliases x with a different dtype or strides (y ",
+                              dtype_name(p.y.dtype()), ", x ", dtype_name(p.x.dtype()),
+                              "); in place needs the same layout");
+  }
+  if (!(p.eps > 0.0f) || !std::isfinite(p.eps))
+    return invalid_argument(op, ": eps is ", p.eps,
+                            ", expected a finite value > 0 (keeps zero rows finite)");
+  if (p.form != RmsNormForm::kWeight && p.form != RmsNormForm::kOffset)
+    return invalid_argument(op, ": form is ", int(p.form), ", expected kWeight or kOffset");
+  return ok_status();
+}
+
+}  // namespace
+
+Status rmsnorm(const RmsNormParams& p, Stream) {
+  HYLA_RETURN_IF_ERROR(check_rmsnorm(p));
+  if (p.x.device().is_cuda()) return unsupported("rmsnorm: no CUDA body yet");
+  cpu::rmsnorm(p);
+  return ok_status();
+}
+
+}  // namespace hyla::kernels

@@ -1,0 +1,338 @@
+// Qwen3-Next (qwen3_next), Qwen3.5 (qwen3_5, dense MLP) and Qwen3.5-MoE (qwen3_5_moe): config,
+// mapping table and loader. HF: Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM.
+// The three differ in two places only:
+//   - GDN projections: Qwen3-Next groups them per key head (in_proj_qkvz rows per group
+//     [q_g | k_g | v_g | z_g], in_proj_ba rows [b_g | a_g]); Qwen3.5 has in_proj_qkv / _z / _b / _a.
+//   - MLP: Qwen3-Next and Qwen3.5-MoE use MoE (softmax top-k + sigmoid-gated shared expert);
+//     Qwen3.5 a dense SwiGLU MLP.
+// Everything else: (1 + w) RMSNorms, gated full attention every 4th layer with partial RoPE.
+#include <string>
+#include <vector>
+
+#include "model/architecture.h"
+#include "model/config_json.h"
+#include "model/weight_loader.h"
+
+namespace hyla::model {
+
+namespace {
+
+enum class QwenVariant { kNext, k35, k35Moe };
+
+// ---- config ----
+
+Result<ModelConfig> parse_qwen(const nlohmann::json& j, const std::string& source,
+                               QwenVariant variant) {
+  return config_field_guard(source, [&]() -> Result<ModelConfig> {
+    ModelConfig c;
+    c.model_type = j.value("model_type", "");
+    c.vocab_size = config_int(j, "vocab_size");
+    c.hidden_size = config_int(j, "hidden_size");
+    c.num_layers = config_int(j, "num_hidden_layers");
+    c.intermediate_size = config_int(j, "intermediate_size", 0);
+    c.rms_norm_eps = float(config_number(j, "rms_norm_eps", 1e-6));
+    c.norm_form = kernels::RmsNormForm::kOffset;
+    c.tie_word_embeddings = config_bool(j, "tie_word_embeddings", false);
+
+    // Layer kinds: layer_types when given, else full attention every full_attention_interval.
+    const auto types = config_string_list(j, "layer_types");
+    const int64_t interval = config_int(j, "full_attention_interval", 4);
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      bool full = (i + 1) % interval == 0;
+      if (types) {
+        if (int64_t(types->size()) != c.num_layers)
+          throw ConfigFieldError(str_cat("layer_types has ", types->size(), " entries, expected ",
+                                         c.num_layers, " (num_hidden_layers)"));
+        const std::string& t = (*types)[size_t(i)];
+        if (t != "linear_attention" && t != "full_attention")
+          throw ConfigFieldError(str_cat("layer_types[", i, "] is '", t,
+                                         "', expected linear_attention or full_attention"));
+        full = t == "full_attention";
+      }
+      c.mixers.push_back(full ? MixerKind::kFullAttention : MixerKind::kGatedDeltaNet);
+    }
+
+    LinearAttentionConfig& l = c.linear;
+    l.num_k_heads = config_int(j, "linear_num_key_heads");
+    l.num_v_heads = config_int(j, "linear_num_value_heads");
+    l.head_k_dim = config_int(j, "linear_key_head_dim");
+    l.head_v_dim = config_int(j, "linear_value_head_dim");
+    l.conv_kernel = config_int(j, "linear_conv_kernel_dim", 4);
+
+    FullAttentionConfig& a = c.attention;
+    a.num_heads = config_int(j, "num_attention_heads");
+    a.num_kv_heads = config_int(j, "num_key_value_heads", a.num_heads);
+    a.head_dim = config_int(j, "head_dim", c.hidden_size / std::max<int64_t>(a.num_heads, 1));
+    const nlohmann::json& rope = config_object(j, "rope_parameters");
+    const double partial =
+        config_number(rope, "partial_rotary_factor", config_number(j, "partial_rotary_factor", 0.25));
+    a.rotary_dim = int64_t(double(a.head_dim) * partial);
+    a.rope_theta = float(config_number(rope, "rope_theta", config_number(j, "rope_theta", 10000.0)));
+    a.output_gate = true;
+
+    // MLP kinds.
+    const bool moe_model = variant != QwenVariant::k35;
+    MoeConfig& m = c.moe;
+    if (moe_model) {
+      m.num_experts = config_int(j, "num_experts");
+      m.top_k = config_int(j, "num_experts_per_tok");
+      m.expert_intermediate = config_int(j, "moe_intermediate_size");
+      m.scoring = MoeScoringKind::kSoftmax;
+      // Qwen3.5-MoE always renormalises; Qwen3-Next does iff norm_topk_prob.
+      m.renormalize = variant == QwenVariant::k35Moe || config_bool(j, "norm_topk_prob", true);
+      m.shared_intermediate = config_int(j, "shared_expert_intermediate_size", 0);
+      m.shared_expert_gate = m.shared_intermediate > 0;
+    }
+    const int64_t sparse_step = config_int(j, "decoder_sparse_step", 1);
+    const std::vector<int64_t> mlp_only = config_int_list(j, "mlp_only_layers", {});
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      const bool only_mlp = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+      const bool moe = moe_model && m.num_experts > 0 && !only_mlp && (i + 1) % sparse_step == 0;
+      c.mlps.push_back(moe ? MlpKind::kMoe : MlpKind::kDense);
+    }
+    HYLA_RETURN_IF_ERROR(validate(c, source));
+    return c;
+  });
+}
+
+Result<ModelConfig> parse_qwen3_next(const nlohmann::json& j, const std::string& source) {
+  return parse_qwen(j, source, QwenVariant::kNext);
+}
+Result<ModelConfig> parse_qwen3_5(const nlohmann::json& j, const std::string& source) {
+  return parse_qwen(j, source, QwenVariant::k35);
+}
+Result<ModelConfig> parse_qwen3_5_moe(const nlohmann::json& j, const std::string& source) {
+  return parse_qwen(j, source, QwenVariant::k35Moe);
+}
+
+QwenVariant variant_of(const ModelConfig& c) {
+  if (c.model_type.rfind("qwen3_next", 0) == 0) return QwenVariant::kNext;
+  if (c.model_type.rfind("qwen3_5_moe", 0) == 0) return QwenVariant::k35Moe;
+  return QwenVariant::k35;
+}
+
+// ---- mapping table ----
+
+std::string layer_prefix(int64_t i) { return str_cat("model.layers.", i, "."); }
+
+/// Every checkpoint tensor of one layer's GDN mixer.
+void gdn_specs(const ModelConfig& c, int64_t i, QwenVariant v, std::vector<WeightSpec>& out) {
+  const LinearAttentionConfig& l = c.linear;
+  const int64_t Hk = l.num_k_heads * l.head_k_dim, Hv = l.num_v_heads * l.head_v_dim;
+  const int64_t hidden = c.hidden_size, HV = l.num_v_heads;
+  const std::string p = layer_prefix(i) + "linear_attn.";
+  if (v == QwenVariant::kNext) {
+    out.push_back({p + "in_proj_qkvz.weight", {2 * Hk + 2 * Hv, hidden}, WeightRole::kContent, i});
+    out.push_back({p + "in_proj_ba.weight", {2 * HV, hidden}, WeightRole::kForgetGate, i});
+  } else {
+    out.push_back({p + "in_proj_qkv.weight", {2 * Hk + Hv, hidden}, WeightRole::kContent, i});
+    out.push_back({p + "in_proj_z.weight", {Hv, hidden}, WeightRole::kOutput, i});
+    out.push_back({p + "in_proj_b.weight", {HV, hidden}, WeightRole::kWriteStrength, i});
+    out.push_back({p + "in_proj_a.weight", {HV, hidden}, WeightRole::kForgetGate, i});
+  }
+  out.push_back({p + "conv1d.weight", {2 * Hk + Hv, 1, l.conv_kernel}, WeightRole::kContent, i});
+  out.push_back({p + "A_log", {HV}, WeightRole::kForgetGate, i});
+  out.push_back({p + "dt_bias", {HV}, WeightRole::kForgetGate, i});
+  out.push_back({p + "norm.weight", {l.head_v_dim}, WeightRole::kOutput, i});
+  out.push_back({p + "out_proj.weight", {hidden, Hv}, WeightRole::kOutput, i});
+}
+
+void attention_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
+  const FullAttentionConfig& a = c.attention;
+  const std::string p = layer_prefix(i) + "self_attn.";
+  const int64_t hidden = c.hidden_size, q = a.num_heads * a.head_dim * (a.output_gate ? 2 : 1);
+  out.push_back({p + "q_proj.weight", {q, hidden}, WeightRole::kAttention, i});
+  out.push_back({p + "k_proj.weight", {a.num_kv_heads * a.head_dim, hidden}, WeightRole::kAttention, i});
+  out.push_back({p + "v_proj.weight", {a.num_kv_heads * a.head_dim, hidden}, WeightRole::kAttention, i});
+  out.push_back({p + "o_proj.weight", {hidden, a.num_heads * a.head_dim}, WeightRole::kAttention, i});
+  out.push_back({p + "q_norm.weight", {a.head_dim}, WeightRole::kAttention, i});
+  out.push_back({p + "k_norm.weight", {a.head_dim}, WeightRole::kAttention, i});
+}
+
+void swiglu_specs(const std::string& p, int64_t hidden, int64_t inter, WeightRole role, int64_t i,
+                  std::vector<WeightSpec>& out) {
+  out.push_back({p + "gate_proj.weight", {inter, hidden}, role, i});
+  out.push_back({p + "up_proj.weight", {inter, hidden}, role, i});
+  out.push_back({p + "down_proj.weight", {hidden, inter}, role, i});
+}
+
+void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
+  const std::string p = layer_prefix(i) + "mlp.";
+  const int64_t hidden = c.hidden_size;
+  if (c.mlps[size_t(i)] == MlpKind::kDense) {
+    swiglu_specs(p, hidden, c.intermediate_size, WeightRole::kDenseMlp, i, out);
+    return;
+  }
+  const MoeConfig& m = c.moe;
+  out.push_back({p + "gate.weight", {m.num_experts, hidden}, WeightRole::kRouter, i});
+  for (int64_t e = 0; e < m.num_experts; ++e)
+    swiglu_specs(str_cat(p, "experts.", e, "."), hidden, m.expert_intermediate,
+                 WeightRole::kExperts, i, out);
+  if (m.shared_intermediate > 0) {
+    swiglu_specs(p + "shared_expert.", hidden, m.shared_intermediate, WeightRole::kSharedExperts,
+                 i, out);
+    out.push_back({p + "shared_expert_gate.weight", {1, hidden}, WeightRole::kSharedExperts, i});
+  }
+}
+
+std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
+  const QwenVariant v = variant_of(c);
+  std::vector<WeightSpec> out;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, WeightRole::kEmbedding});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    out.push_back({layer_prefix(i) + "input_layernorm.weight", {c.hidden_size}, WeightRole::kNorm, i});
+    if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
+      gdn_specs(c, i, v, out);
+    } else {
+      attention_specs(c, i, out);
+    }
+    out.push_back(
+        {layer_prefix(i) + "post_attention_layernorm.weight", {c.hidden_size}, WeightRole::kNorm, i});
+    mlp_specs(c, i, out);
+  }
+  out.push_back({"model.norm.weight", {c.hidden_size}, WeightRole::kNorm});
+  if (!c.tie_word_embeddings)
+    out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, WeightRole::kLmHead});
+  return out;
+}
+
+// ---- loader ----
+
+/// Loads tensors by the names of the mapping table (which check_checkpoint has validated).
+class QwenLoader {
+ public:
+  QwenLoader(const ModelConfig& c, const Checkpoint& ckpt) : c_(c), ckpt_(ckpt) {
+    for (const WeightSpec& s : qwen_weights(c)) shapes_.emplace(s.name, s.shape);
+  }
+  Result<Tensor> get(const std::string& name) const {
+    auto it = shapes_.find(name);
+    HYLA_CHECK(it != shapes_.end(), "QwenLoader: '", name, "' is not in the mapping table");
+    return load_f32(ckpt_, name, it->second);
+  }
+
+  Result<GdnWeights> gdn(int64_t i) const {
+    const LinearAttentionConfig& l = c_.linear;
+    const int64_t H = l.num_k_heads, HV = l.num_v_heads, r = HV / H, dk = l.head_k_dim,
+                  dv = l.head_v_dim;
+    const std::string p = layer_prefix(i) + "linear_attn.";
+    GdnWeights w;
+    if (variant_of(c_) == QwenVariant::kNext) {
+      // Regroup [q_g | k_g | v_g | z_g] per key group g and [b_g | a_g] into [q | k | v | z | b | a].
+      HYLA_ASSIGN_OR_RETURN(Tensor qkvz, get(p + "in_proj_qkvz.weight"));
+      HYLA_ASSIGN_OR_RETURN(Tensor ba, get(p + "in_proj_ba.weight"));
+      const int64_t group = 2 * dk + 2 * r * dv;
+      std::vector<Tensor> q, k, v, z, b, a;
+      for (int64_t g = 0; g < H; ++g) {
+        const int64_t base = g * group;
+        q.push_back(take_rows(qkvz, base, dk));
+        k.push_back(take_rows(qkvz, base + dk, dk));
+        v.push_back(take_rows(qkvz, base + 2 * dk, r * dv));
+        z.push_back(take_rows(qkvz, base + 2 * dk + r * dv, r * dv));
+        b.push_back(take_rows(ba, g * 2 * r, r));
+        a.push_back(take_rows(ba, g * 2 * r + r, r));
+      }
+      std::vector<Tensor> rows;
+      for (auto* part : {&q, &k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
+      w.in_proj = concat_rows(rows);
+    } else {
+      HYLA_ASSIGN_OR_RETURN(Tensor qkv, get(p + "in_proj_qkv.weight"));
+      HYLA_ASSIGN_OR_RETURN(Tensor z, get(p + "in_proj_z.weight"));
+      HYLA_ASSIGN_OR_RETURN(Tensor b, get(p + "in_proj_b.weight"));
+      HYLA_ASSIGN_OR_RETURN(Tensor a, get(p + "in_proj_a.weight"));
+      w.in_proj = concat_rows({qkv, z, b, a});
+    }
+    HYLA_ASSIGN_OR_RETURN(Tensor conv, get(p + "conv1d.weight"));
+    w.conv = squeeze(conv);
+    HYLA_ASSIGN_OR_RETURN(w.A_log, get(p + "A_log"));
+    HYLA_ASSIGN_OR_RETURN(w.dt_bias, get(p + "dt_bias"));
+    HYLA_ASSIGN_OR_RETURN(w.norm, get(p + "norm.weight"));
+    HYLA_ASSIGN_OR_RETURN(w.out_proj, get(p + "out_proj.weight"));
+    return w;
+  }
+
+  Result<AttentionWeights> attention(int64_t i) const {
+    const std::string p = layer_prefix(i) + "self_attn.";
+    AttentionWeights w;
+    HYLA_ASSIGN_OR_RETURN(Tensor q, get(p + "q_proj.weight"));  // per head [q_h | gate_h]
+    HYLA_ASSIGN_OR_RETURN(Tensor k, get(p + "k_proj.weight"));
+    HYLA_ASSIGN_OR_RETURN(Tensor v, get(p + "v_proj.weight"));
+    w.qkv_proj = concat_rows({q, k, v});
+    HYLA_ASSIGN_OR_RETURN(w.q_norm, get(p + "q_norm.weight"));
+    HYLA_ASSIGN_OR_RETURN(w.k_norm, get(p + "k_norm.weight"));
+    HYLA_ASSIGN_OR_RETURN(w.o_proj, get(p + "o_proj.weight"));
+    return w;
+  }
+
+  Result<DenseMlpWeights> swiglu(const std::string& p) const {
+    DenseMlpWeights w;
+    HYLA_ASSIGN_OR_RETURN(Tensor gate, get(p + "gate_proj.weight"));
+    HYLA_ASSIGN_OR_RETURN(Tensor up, get(p + "up_proj.weight"));
+    w.gate_up = concat_rows({gate, up});
+    HYLA_ASSIGN_OR_RETURN(w.down, get(p + "down_proj.weight"));
+    return w;
+  }
+
+  Result<MoeWeights> moe(int64_t i) const {
+    const std::string p = layer_prefix(i) + "mlp.";
+    MoeWeights w;
+    HYLA_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight"));
+    for (int64_t e = 0; e < c_.moe.num_experts; ++e) {
+      HYLA_ASSIGN_OR_RETURN(DenseMlpWeights expert, swiglu(str_cat(p, "experts.", e, ".")));
+      w.experts.push_back(std::move(expert));
+    }
+    if (c_.moe.shared_intermediate > 0) {
+      HYLA_ASSIGN_OR_RETURN(w.shared, swiglu(p + "shared_expert."));
+      HYLA_ASSIGN_OR_RETURN(w.shared_gate, get(p + "shared_expert_gate.weight"));
+    }
+    return w;
+  }
+
+ private:
+  const ModelConfig& c_;
+  const Checkpoint& ckpt_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+};
+
+Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& c, const Checkpoint& ckpt) {
+  HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, qwen_weights(c)));
+  const QwenLoader load(c, ckpt);
+  std::vector<DecoderLayer> layers;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    DecoderLayer layer;
+    const std::string p = layer_prefix(i);
+    HYLA_ASSIGN_OR_RETURN(layer.input_norm, load.get(p + "input_layernorm.weight"));
+    HYLA_ASSIGN_OR_RETURN(layer.post_norm, load.get(p + "post_attention_layernorm.weight"));
+    if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
+      HYLA_ASSIGN_OR_RETURN(layer.gdn, load.gdn(i));
+    } else {
+      HYLA_ASSIGN_OR_RETURN(layer.attention, load.attention(i));
+    }
+    if (c.mlps[size_t(i)] == MlpKind::kMoe) {
+      HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(i));
+    } else {
+      HYLA_ASSIGN_OR_RETURN(layer.dense, load.swiglu(p + "mlp."));
+    }
+    layers.push_back(std::move(layer));
+  }
+  HYLA_ASSIGN_OR_RETURN(Tensor embedding, load.get("model.embed_tokens.weight"));
+  HYLA_ASSIGN_OR_RETURN(Tensor final_norm, load.get("model.norm.weight"));
+  Tensor lm_head = embedding;
+  if (!c.tie_word_embeddings) {
+    HYLA_ASSIGN_OR_RETURN(lm_head, load.get("lm_head.weight"));
+  }
+  return std::make_unique<Model>(c, embedding, std::move(layers), final_norm, lm_head);
+}
+
+}  // namespace
+
+extern const Architecture kQwen3NextArchitecture{
+    "qwen3_next", "Qwen3-Next: GDN (grouped projections) + gated attention, MoE",
+    parse_qwen3_next, qwen_weights, load_qwen};
+extern const Architecture kQwen35Architecture{
+    "qwen3_5", "Qwen3.5: GDN + gated attention, dense SwiGLU MLP", parse_qwen3_5, qwen_weights,
+    load_qwen};
+extern const Architecture kQwen35MoeArchitecture{
+    "qwen3_5_moe", "Qwen3.5-MoE: GDN + gated attention, MoE", parse_qwen3_5_moe, qwen_weights,
+    load_qwen};
+
+}  // namespace hyla::model

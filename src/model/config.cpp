@@ -1,0 +1,81 @@
+// ModelConfig helpers and validation (see config.h).
+#include "model/config.h"
+
+namespace hyla::model {
+
+const char* mixer_kind_name(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kGatedDeltaNet: return "gated_deltanet";
+    case MixerKind::kKimiDelta: return "kimi_delta_attention";
+    case MixerKind::kFullAttention: return "full_attention";
+    case MixerKind::kLatentAttention: return "latent_attention";
+  }
+  return "?";
+}
+
+bool is_linear_mixer(MixerKind kind) {
+  return kind == MixerKind::kGatedDeltaNet || kind == MixerKind::kKimiDelta;
+}
+
+int64_t ModelConfig::num_layers_of(MixerKind kind) const {
+  int64_t n = 0;
+  for (MixerKind m : mixers) n += m == kind;
+  return n;
+}
+
+Status validate(const ModelConfig& c, const std::string& source) {
+  auto bad = [&](const auto&... what) {
+    return invalid_argument(source, ": inconsistent config (", c.model_type, "): ", what...);
+  };
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_layers <= 0)
+    return bad("vocab_size, hidden_size and num_hidden_layers must be > 0, got ", c.vocab_size,
+               ", ", c.hidden_size, ", ", c.num_layers);
+  if (int64_t(c.mixers.size()) != c.num_layers || int64_t(c.mlps.size()) != c.num_layers)
+    return bad("num_hidden_layers is ", c.num_layers, " but the layer lists have ", c.mixers.size(),
+               " mixers and ", c.mlps.size(), " MLP kinds");
+  if (!(c.rms_norm_eps > 0.0f)) return bad("rms_norm_eps must be > 0, got ", c.rms_norm_eps);
+  const LinearAttentionConfig& l = c.linear;
+  if (c.num_layers_of(MixerKind::kGatedDeltaNet) + c.num_layers_of(MixerKind::kKimiDelta) > 0) {
+    if (l.num_k_heads <= 0 || l.num_v_heads <= 0 || l.head_k_dim <= 0 || l.head_v_dim <= 0)
+      return bad("linear attention heads and head dims must be > 0");
+    if (l.num_v_heads % l.num_k_heads != 0)
+      return bad("linear value heads (", l.num_v_heads, ") must be a multiple of key heads (",
+                 l.num_k_heads, ")");
+    if (l.conv_kernel < 1 || l.conv_kernel > 8)
+      return bad("conv kernel size ", l.conv_kernel, " is outside [1, 8]");
+  }
+  if (c.num_layers_of(MixerKind::kFullAttention) > 0) {
+    const FullAttentionConfig& a = c.attention;
+    if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.num_heads % a.num_kv_heads)
+      return bad("attention heads ", a.num_heads, " must be a positive multiple of kv heads ",
+                 a.num_kv_heads, " with head_dim > 0");
+    if (a.rotary_dim < 0 || a.rotary_dim > a.head_dim || a.rotary_dim % 2)
+      return bad("rotary dim ", a.rotary_dim, " must be even and within head_dim ", a.head_dim);
+  }
+  if (c.num_layers_of(MixerKind::kLatentAttention) > 0) {
+    const LatentAttentionConfig& m = c.latent;
+    if (m.num_heads <= 0 || m.kv_lora_rank <= 0 || m.qk_nope_head_dim + m.qk_rope_head_dim <= 0 ||
+        m.v_head_dim <= 0)
+      return bad("MLA heads, kv_lora_rank, q/k head dims and v_head_dim must be > 0");
+  }
+  bool any_moe = false;
+  for (MlpKind k : c.mlps) any_moe |= k == MlpKind::kMoe;
+  if (any_moe) {
+    const MoeConfig& m = c.moe;
+    if (m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts || m.expert_intermediate <= 0)
+      return bad("MoE needs experts > 0, 0 < top_k <= experts and an intermediate size, got ",
+                 m.num_experts, " experts, top_k ", m.top_k, ", intermediate ",
+                 m.expert_intermediate);
+    if (m.num_groups < 1 || m.num_experts % m.num_groups || m.topk_groups < 1 ||
+        m.topk_groups > m.num_groups)
+      return bad("expert groups: ", m.num_experts, " experts in ", m.num_groups, " groups, keep ",
+                 m.topk_groups);
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.mlps[size_t(i)] == MlpKind::kDense && c.intermediate_size <= 0)
+      return bad("layer ", i, " has a dense MLP but intermediate_size is ", c.intermediate_size);
+  }
+  return ok_status();
+}
+
+}  // namespace hyla::model

@@ -1,0 +1,106 @@
+// Typed model configuration: what every architecture file fills in from config.json, and what the
+// layers and the runner read. Variation is described with enums, not subclasses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/rmsnorm.h"
+
+namespace hyla::model {
+
+/// The token mixer of a decoder layer.
+enum class MixerKind : uint8_t {
+  kGatedDeltaNet,   ///< GDN linear attention (Qwen3-Next, Qwen3.5)
+  kKimiDelta,       ///< KDA linear attention (Kimi-Linear, Kimi K3)
+  kFullAttention,   ///< gated softmax attention with q/k norm and partial RoPE (Qwen)
+  kLatentAttention  ///< MLA without RoPE (Kimi-Linear, Kimi K3)
+};
+/// The feed-forward block of a decoder layer.
+enum class MlpKind : uint8_t { kDense, kMoe };
+
+const char* mixer_kind_name(MixerKind kind);
+bool is_linear_mixer(MixerKind kind);
+
+/// GDN / KDA layer geometry and gates.
+struct LinearAttentionConfig {
+  int64_t num_k_heads = 0;  ///< H
+  int64_t num_v_heads = 0;  ///< HV (GVA: a multiple of H)
+  int64_t head_k_dim = 0;   ///< d_k
+  int64_t head_v_dim = 0;   ///< d_v
+  int64_t conv_kernel = 4;  ///< K of the depthwise causal conv
+  /// KDA only: safe gate g = lower_bound * sigmoid(...) when set (Kimi K3: -5).
+  std::optional<float> gate_lower_bound;
+  /// KDA only: one full-rank output gate g_proj (K3) instead of low-rank g_a / g_b.
+  bool full_rank_output_gate = false;
+  /// KDA only: rank of the low-rank forget gate f_a -> f_b (and output gate g_a -> g_b).
+  int64_t gate_rank = 0;
+  /// KDA only: entries of A_log stored in the checkpoint (K3 stores head_dim, uses num_heads).
+  int64_t a_log_stored = 0;
+};
+
+/// Qwen gated full attention.
+struct FullAttentionConfig {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;  ///< int(head_dim * partial_rotary_factor); the rest is not rotated
+  float rope_theta = 10000.0f;
+  bool output_gate = true;  ///< q_proj also yields a per-head sigmoid gate on the output
+};
+
+/// Multi-head latent attention without RoPE (Kimi).
+struct LatentAttentionConfig {
+  int64_t num_heads = 0;
+  int64_t q_lora_rank = 0;  ///< 0 = plain q_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;  ///< never rotated (NoPE); part of the q/k dot product
+  int64_t v_head_dim = 0;
+  float kv_a_norm_eps = 1e-6f;
+  bool output_gate = false;  ///< K3: sigmoid output gate
+};
+
+/// Mixture of experts.
+enum class MoeScoringKind : uint8_t { kSoftmax, kSigmoid };
+struct MoeConfig {
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  int64_t expert_intermediate = 0;
+  MoeScoringKind scoring = MoeScoringKind::kSoftmax;
+  bool renormalize = false;
+  float routed_scaling = 1.0f;
+  bool correction_bias = false;  ///< e_score_correction_bias used for selection (Kimi)
+  int64_t num_groups = 1;
+  int64_t topk_groups = 1;
+  int64_t shared_intermediate = 0;  ///< 0 = no shared expert
+  bool shared_expert_gate = false;  ///< Qwen: shared output scaled by sigmoid(x . w)
+};
+
+struct ModelConfig {
+  std::string model_type;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t intermediate_size = 0;  ///< dense MLP width
+  float rms_norm_eps = 1e-6f;
+  /// Form of the decoder norms (input, post-attention, final, q/k norms): Qwen (1 + w), Kimi w.
+  kernels::RmsNormForm norm_form = kernels::RmsNormForm::kWeight;
+  bool tie_word_embeddings = false;
+  std::vector<MixerKind> mixers;  ///< per layer
+  std::vector<MlpKind> mlps;      ///< per layer
+  LinearAttentionConfig linear;
+  FullAttentionConfig attention;
+  LatentAttentionConfig latent;
+  MoeConfig moe;
+
+  int64_t num_layers_of(MixerKind kind) const;
+};
+
+/// Checks cross-field consistency (sizes > 0, GVA divisibility, layer lists of num_layers, ...).
+/// `source` names the file for messages.
+Status validate(const ModelConfig& config, const std::string& source);
+
+}  // namespace hyla::model

@@ -1,0 +1,26 @@
+// Per-sequence memory of one decoder layer: conv + SSM state for linear layers, a KV cache for
+// attention layers. Owned outside the layers so it can move into the runtime pools.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hyla::model {
+
+struct LayerState {
+  Tensor conv_state;  ///< linear layers: [1, D, K-1] f32 pool of one slot
+  Tensor ssm_state;   ///< linear layers: [1, HV, d_v, d_k] f32 pool of one slot
+  Tensor k_cache;     ///< attention: [capacity, HKV, d_qk] f32; MLA: latent cache (see layers/mla.h)
+  Tensor v_cache;     ///< attention: [capacity, HKV, d_v] f32
+};
+
+/// Everything one sequence carries between forward calls.
+struct SequenceState {
+  int64_t length = 0;    ///< tokens consumed so far
+  int64_t capacity = 0;  ///< KV cache rows
+  std::vector<LayerState> layers;
+};
+
+}  // namespace hyla::model

@@ -1,0 +1,117 @@
+// Gated DeltaNet layer forward (see gdn.h).
+#include "model/layers/gdn.h"
+
+#include "kernels/causal_conv1d.h"
+#include "kernels/gated_delta_rule.h"
+#include "kernels/gated_rmsnorm.h"
+#include "kernels/gates.h"
+#include "kernels/linear.h"
+
+namespace hyla::model {
+
+namespace {
+
+/// Column offsets of the fused projection [q | k | v | z | b | a].
+struct GdnLayout {
+  int64_t H, HV, d_k, d_v;
+  int64_t qk() const { return H * d_k; }
+  int64_t value() const { return HV * d_v; }
+  int64_t conv_dim() const { return 2 * qk() + value(); }
+  int64_t z() const { return conv_dim(); }
+  int64_t b() const { return z() + value(); }
+  int64_t a() const { return b() + HV; }
+  int64_t total() const { return a() + HV; }
+};
+
+GdnLayout layout_of(const ModelConfig& c) {
+  return {c.linear.num_k_heads, c.linear.num_v_heads, c.linear.head_k_dim, c.linear.head_v_dim};
+}
+
+}  // namespace
+
+LayerState gdn_new_state(const ModelConfig& config) {
+  const GdnLayout l = layout_of(config);
+  LayerState s;
+  s.conv_state = Tensor::zeros({1, l.conv_dim(), config.linear.conv_kernel - 1}, DType::kF32);
+  s.ssm_state = Tensor::zeros({1, l.HV, l.d_v, l.d_k}, DType::kF32);
+  return s;
+}
+
+Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorView& x,
+                   LayerState& state, const TensorView& out) {
+  const GdnLayout l = layout_of(config);
+  const int64_t T = x.size(0);
+  const Tensor slot = Tensor::zeros({1}, DType::kI32);  // this sequence's state is slot 0
+  const Tensor cu = Tensor::zeros({2}, DType::kI32);
+  cu.data<int32_t>()[1] = int32_t(T);
+
+  // [q | k | v | z | b | a] = x W_in^T
+  Tensor proj = Tensor::empty({T, l.total()}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.in_proj, .bias = {}, .y = proj}));
+
+  // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
+  Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32);
+  const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
+  if (T == 1) {
+    HYLA_RETURN_IF_ERROR(kernels::causal_conv1d_update({.x = qkv_in,
+                                                        .weight = w.conv,
+                                                        .bias = {},
+                                                        .conv_state = state.conv_state,
+                                                        .slots = slot,
+                                                        .silu = true,
+                                                        .y = mixed}));
+  } else {
+    HYLA_RETURN_IF_ERROR(kernels::causal_conv1d({.x = qkv_in,
+                                                 .weight = w.conv,
+                                                 .bias = {},
+                                                 .cu_seqlens = cu,
+                                                 .conv_state = state.conv_state,
+                                                 .initial_slots = slot,
+                                                 .final_slots = slot,
+                                                 .silu = true,
+                                                 .y = mixed}));
+  }
+  const TensorView q = mixed.view().narrow(1, 0, l.qk()).unflatten_last(l.H, l.d_k);
+  const TensorView k = mixed.view().narrow(1, l.qk(), l.qk()).unflatten_last(l.H, l.d_k);
+  const TensorView v = mixed.view().narrow(1, 2 * l.qk(), l.value()).unflatten_last(l.HV, l.d_v);
+
+  // g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)
+  Tensor g = Tensor::empty({T, l.HV}, DType::kF32);
+  Tensor beta = Tensor::empty({T, l.HV}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::gdn_gate({.a = proj.view().narrow(1, l.a(), l.HV),
+                                          .b = proj.view().narrow(1, l.b(), l.HV),
+                                          .A_log = w.A_log,
+                                          .dt_bias = w.dt_bias,
+                                          .g = g,
+                                          .beta = beta}));
+
+  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to slot 0
+  Tensor o = Tensor::empty({T, l.HV, l.d_v}, DType::kF32);
+  kernels::GatedDeltaRuleParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.g = g;
+  p.beta = beta;
+  p.cu_seqlens = cu;
+  p.state_pool = state.ssm_state;
+  p.initial_slots = slot;
+  p.final_slots = slot;
+  p.use_qk_l2norm = true;
+  p.o = o;
+  HYLA_RETURN_IF_ERROR(T == 1 ? kernels::gated_delta_rule_recurrent(p)
+                              : kernels::gated_delta_rule_extend(p));
+
+  // out = (norm_w * rmsnorm(o) * silu(z)) W_out^T
+  const TensorView z = proj.view().narrow(1, l.z(), l.value()).unflatten_last(l.HV, l.d_v);
+  HYLA_RETURN_IF_ERROR(kernels::gated_rmsnorm({.x = o,
+                                               .gate = z,
+                                               .weight = w.norm,
+                                               .eps = config.rms_norm_eps,
+                                               .act = kernels::GateActivation::kSilu,
+                                               .y = o}));
+  return kernels::linear(
+      {.x = o.view().reshape({T, l.value()}), .weight = w.out_proj, .bias = {}, .y = out});
+}
+
+}  // namespace hyla::model

@@ -1,0 +1,143 @@
+// Kimi Delta Attention layer forward (see kda.h; HF KimiDeltaAttention, SGLang KimiK3DeltaAttention).
+// Three GEMMs read x: [q | k | v (| g)] (the wide one), [f_a | b] (two narrow ones merged) and, for
+// the low-rank output gate, g_a. Single tokens slide the conv window and run the recurrent rule;
+// longer inputs run the prefill conv and the extend rule (chunked for long inputs).
+#include "model/layers/kda.h"
+
+#include "kernels/causal_conv1d.h"
+#include "kernels/gated_delta_rule.h"
+#include "kernels/gated_rmsnorm.h"
+#include "kernels/gates.h"
+#include "kernels/linear.h"
+
+namespace hyla::model {
+
+namespace {
+
+/// Column offsets of the fused projection [q | k | v | g] (g only with the full-rank gate) and of
+/// [f_a | b].
+struct KdaLayout {
+  int64_t H, d, rank;
+  bool full_rank_gate;
+  int64_t P() const { return H * d; }  // projection width of one of q, k, v, g
+  int64_t conv_dim() const { return 3 * P(); }
+  int64_t g() const { return conv_dim(); }
+  int64_t proj() const { return conv_dim() + (full_rank_gate ? P() : 0); }
+  int64_t b() const { return rank; }
+  int64_t fa_b() const { return rank + H; }
+};
+
+KdaLayout layout_of(const ModelConfig& c) {
+  return {c.linear.num_k_heads, c.linear.head_k_dim, c.linear.gate_rank,
+          c.linear.full_rank_output_gate};
+}
+
+}  // namespace
+
+LayerState kda_new_state(const ModelConfig& config) {
+  const KdaLayout l = layout_of(config);
+  LayerState s;
+  s.conv_state = Tensor::zeros({1, l.conv_dim(), config.linear.conv_kernel - 1}, DType::kF32);
+  s.ssm_state = Tensor::zeros({1, l.H, l.d, l.d}, DType::kF32);
+  return s;
+}
+
+Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorView& x,
+                   LayerState& state, const TensorView& out) {
+  const KdaLayout l = layout_of(config);
+  const int64_t T = x.size(0);
+  const Tensor slot = Tensor::zeros({1}, DType::kI32);  // this sequence's state is slot 0
+  const Tensor cu = Tensor::zeros({2}, DType::kI32);
+  cu.data<int32_t>()[1] = int32_t(T);
+
+  // [q | k | v (| g)] = x W_qkv(g)^T
+  Tensor proj = Tensor::empty({T, l.proj()}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.qkv_proj, .bias = {}, .y = proj}));
+
+  // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
+  Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32);
+  const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
+  if (T == 1) {
+    HYLA_RETURN_IF_ERROR(kernels::causal_conv1d_update({.x = qkv_in,
+                                                        .weight = w.conv,
+                                                        .bias = {},
+                                                        .conv_state = state.conv_state,
+                                                        .slots = slot,
+                                                        .silu = true,
+                                                        .y = mixed}));
+  } else {
+    HYLA_RETURN_IF_ERROR(kernels::causal_conv1d({.x = qkv_in,
+                                                 .weight = w.conv,
+                                                 .bias = {},
+                                                 .cu_seqlens = cu,
+                                                 .conv_state = state.conv_state,
+                                                 .initial_slots = slot,
+                                                 .final_slots = slot,
+                                                 .silu = true,
+                                                 .y = mixed}));
+  }
+  const TensorView q = mixed.view().narrow(1, 0, l.P()).unflatten_last(l.H, l.d);
+  const TensorView k = mixed.view().narrow(1, l.P(), l.P()).unflatten_last(l.H, l.d);
+  const TensorView v = mixed.view().narrow(1, 2 * l.P(), l.P()).unflatten_last(l.H, l.d);
+
+  // [f_a x | b] = x [W_fa | W_b]^T;  f = (f_a x) W_fb^T
+  Tensor fa_b = Tensor::empty({T, l.fa_b()}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.fa_b, .bias = {}, .y = fa_b}));
+  Tensor f = Tensor::empty({T, l.P()}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::linear(
+      {.x = fa_b.view().narrow(1, 0, l.rank), .weight = w.f_b, .bias = {}, .y = f}));
+
+  // g = -exp(A_log[h]) softplus(f + dt_bias) per key channel (or the safe gate), beta = sigmoid(b)
+  Tensor g = Tensor::empty({T, l.H, l.d}, DType::kF32);
+  Tensor beta = Tensor::empty({T, l.H}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::kda_gate({.f = f.view().unflatten_last(l.H, l.d),
+                                          .A_log = w.A_log,
+                                          .dt_bias = w.dt_bias,
+                                          .lower_bound = config.linear.gate_lower_bound,
+                                          .g = g,
+                                          .b = fa_b.view().narrow(1, l.b(), l.H),
+                                          .beta = beta}));
+
+  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to slot 0
+  Tensor o = Tensor::empty({T, l.H, l.d}, DType::kF32);
+  kernels::GatedDeltaRuleParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.g = g;
+  p.beta = beta;
+  p.cu_seqlens = cu;
+  p.state_pool = state.ssm_state;
+  p.initial_slots = slot;
+  p.final_slots = slot;
+  p.use_qk_l2norm = true;
+  p.o = o;
+  HYLA_RETURN_IF_ERROR(T == 1 ? kernels::gated_delta_rule_recurrent(p)
+                              : kernels::gated_delta_rule_extend(p));
+
+  // gate = x W_g^T (full rank, from the fused projection) or (x W_ga^T) W_gb^T (low rank)
+  Tensor low_rank_gate;
+  TensorView gate;
+  if (l.full_rank_gate) {
+    gate = proj.view().narrow(1, l.g(), l.P());
+  } else {
+    Tensor g_a = Tensor::empty({T, l.rank}, DType::kF32);
+    HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.g_a, .bias = {}, .y = g_a}));
+    low_rank_gate = Tensor::empty({T, l.P()}, DType::kF32);
+    HYLA_RETURN_IF_ERROR(
+        kernels::linear({.x = g_a, .weight = w.g_b, .bias = {}, .y = low_rank_gate}));
+    gate = low_rank_gate;
+  }
+
+  // out = (o_norm_w * rmsnorm(o) * sigmoid(gate)) W_o^T
+  HYLA_RETURN_IF_ERROR(kernels::gated_rmsnorm({.x = o,
+                                               .gate = gate.unflatten_last(l.H, l.d),
+                                               .weight = w.o_norm,
+                                               .eps = config.rms_norm_eps,
+                                               .act = kernels::GateActivation::kSigmoid,
+                                               .y = o}));
+  return kernels::linear(
+      {.x = o.view().reshape({T, l.P()}), .weight = w.o_proj, .bias = {}, .y = out});
+}
+
+}  // namespace hyla::model

@@ -1,0 +1,94 @@
+// SwiGLU MLP and mixture of experts forward (see mlp.h).
+#include "model/layers/mlp.h"
+
+#include <cstring>
+
+#include "kernels/linear.h"
+#include "kernels/moe_route.h"
+#include "kernels/scalar_math.h"
+#include "kernels/swiglu.h"
+
+namespace hyla::model {
+
+Status dense_mlp_forward(const DenseMlpWeights& w, const TensorView& x, const TensorView& out) {
+  const int64_t T = x.size(0), I = w.down.size(1);
+  Tensor gate_up = Tensor::empty({T, 2 * I}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.gate_up, .bias = {}, .y = gate_up}));
+  Tensor h = Tensor::empty({T, I}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::silu_and_mul({.x = gate_up, .y = h}));
+  return kernels::linear({.x = h, .weight = w.down, .bias = {}, .y = out});
+}
+
+Status moe_forward(const MoeWeights& w, const MoeConfig& config, const TensorView& x,
+                   const TensorView& out, Tensor* topk_ids, Tensor* topk_weights) {
+  const int64_t T = x.size(0), hidden = x.size(1), E = config.num_experts, K = config.top_k;
+  // Routing: router logits -> top-k experts and their weights per token.
+  Tensor logits = Tensor::empty({T, E}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.router, .bias = {}, .y = logits}));
+  Tensor ids = Tensor::empty({T, K}, DType::kI32);
+  Tensor weights = Tensor::empty({T, K}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(kernels::moe_route(
+      {.logits = logits,
+       .correction_bias = w.correction_bias,
+       .scoring = config.scoring == MoeScoringKind::kSoftmax ? kernels::MoeScoring::kSoftmax
+                                                             : kernels::MoeScoring::kSigmoid,
+       .top_k = K,
+       .renormalize = config.renormalize,
+       .routed_scaling = config.routed_scaling,
+       .num_groups = config.num_groups,
+       .topk_groups = config.topk_groups,
+       .topk_ids = ids,
+       .topk_weights = weights}));
+
+  // Experts: gather each expert's tokens, run its MLP, scatter-add the weighted result.
+  for (int64_t t = 0; t < T; ++t)
+    std::memset(out.data<float>() + t * out.stride(0), 0, size_t(hidden) * sizeof(float));
+  std::vector<int64_t> rows;
+  std::vector<float> row_weight;
+  for (int64_t e = 0; e < E; ++e) {
+    rows.clear();
+    row_weight.clear();
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < K; ++j)
+        if (ids.data<int32_t>()[t * K + j] == e) {
+          rows.push_back(t);
+          row_weight.push_back(weights.data<float>()[t * K + j]);
+        }
+    if (rows.empty()) continue;
+    const int64_t n = int64_t(rows.size());
+    Tensor xe = Tensor::empty({n, hidden}, DType::kF32);
+    Tensor ye = Tensor::empty({n, hidden}, DType::kF32);
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(xe.data<float>() + r * hidden, x.data<float>() + rows[size_t(r)] * x.stride(0),
+                  size_t(hidden) * sizeof(float));
+    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.experts[size_t(e)], xe, ye));
+    for (int64_t r = 0; r < n; ++r) {
+      float* dst = out.data<float>() + rows[size_t(r)] * out.stride(0);
+      const float* src = ye.data<float>() + r * hidden;
+      for (int64_t i = 0; i < hidden; ++i) dst[i] += row_weight[size_t(r)] * src[i];
+    }
+  }
+
+  // Shared expert(s): always on; Qwen scales them by sigmoid(x . shared_gate).
+  if (w.shared.gate_up.defined()) {
+    Tensor ys = Tensor::empty({T, hidden}, DType::kF32);
+    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.shared, x, ys));
+    Tensor gate;
+    if (w.shared_gate.defined()) {
+      gate = Tensor::empty({T, 1}, DType::kF32);
+      HYLA_RETURN_IF_ERROR(
+          kernels::linear({.x = x, .weight = w.shared_gate, .bias = {}, .y = gate}));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const float s = gate.defined() ? kernels::sigmoid(gate.data<float>()[t]) : 1.0f;
+      float* dst = out.data<float>() + t * out.stride(0);
+      const float* src = ys.data<float>() + t * hidden;
+      for (int64_t i = 0; i < hidden; ++i) dst[i] += s * src[i];
+    }
+  }
+  if (topk_ids) *topk_ids = ids;
+  if (topk_weights) *topk_weights = weights;
+  return ok_status();
+}
+
+}  // namespace hyla::model

@@ -1,0 +1,71 @@
+// A loaded hybrid model and its runner: embedding -> decoder layers (mixer + MLP, each with its
+// RMSNorm and residual) -> final norm -> lm_head. One sequence at a time; prefill runs the chunk
+// delta rule, single tokens the recurrent one with the conv update.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/layer_state.h"
+#include "model/layers/attention.h"
+#include "model/layers/gdn.h"
+#include "model/layers/kda.h"
+#include "model/layers/mla.h"
+#include "model/layers/mlp.h"
+
+namespace hyla::model {
+
+struct DecoderLayer {
+  Tensor input_norm;  ///< [hidden]
+  Tensor post_norm;   ///< [hidden]
+  GdnWeights gdn;                 ///< MixerKind::kGatedDeltaNet
+  KdaWeights kda;                 ///< MixerKind::kKimiDelta
+  AttentionWeights attention;     ///< MixerKind::kFullAttention
+  LatentAttentionWeights latent;  ///< MixerKind::kLatentAttention
+  DenseMlpWeights dense;          ///< MlpKind::kDense
+  MoeWeights moe;                 ///< MlpKind::kMoe
+};
+
+/// Intermediate values of one forward call, for tests against Hugging Face (all f32 [T, ...]).
+struct ForwardTrace {
+  std::vector<Tensor> hidden_states;   ///< HF convention: [0] embeddings, [i] layer i-1 output,
+                                       ///< [L] final-normed output
+  Tensor last_layer_out;               ///< raw output of the last layer [T, hidden]
+  std::vector<Tensor> mixer_out;       ///< per layer [T, hidden]
+  std::vector<Tensor> mlp_out;         ///< per layer [T, hidden]
+  std::vector<Tensor> router_ids;      ///< per layer [T, top_k] i32 (undefined for dense layers)
+  std::vector<Tensor> router_weights;  ///< per layer [T, top_k] f32
+};
+
+class Model {
+ public:
+  Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> layers, Tensor final_norm,
+        Tensor lm_head);
+
+  const ModelConfig& config() const { return config_; }
+
+  /// Fresh per-sequence memory for up to `capacity` tokens.
+  SequenceState new_sequence(int64_t capacity) const;
+
+  /// Runs `tokens` after what `state` holds (prefill when it is empty, extend or decode after);
+  /// returns logits [T, vocab] f32. Errors: token ids out of range, capacity exceeded.
+  Result<Tensor> forward(std::span<const int32_t> tokens, SequenceState& state,
+                         ForwardTrace* trace = nullptr) const;
+
+ private:
+  ModelConfig config_;
+  Tensor embedding_;  ///< [vocab, hidden]
+  std::vector<DecoderLayer> layers_;
+  Tensor final_norm_;  ///< [hidden]
+  Tensor lm_head_;     ///< [vocab, hidden] (the embedding when tied)
+};
+
+/// Greedy decoding: prefill `prompt`, then `n` tokens each fed back one at a time.
+/// Returns the generated ids; `logits` (if given) receives each step's logits [n, vocab].
+Result<std::vector<int32_t>> greedy_generate(const Model& model, std::span<const int32_t> prompt,
+                                             int64_t n, Tensor* logits = nullptr);
+
+}  // namespace hyla::model

@@ -1,0 +1,31 @@
+// Building a model's canonical (fused) weights from checkpoint tensors. The architecture's mapping
+// table (checkpoint_weights) has already been checked against the checkpoint, so missing or
+// mis-shaped tensors were reported by name before any of this runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/checkpoint.h"
+
+namespace hyla::model {
+
+/// Loads `name` (with `shape`) as an f32 host tensor.
+Result<Tensor> load_f32(const Checkpoint& ckpt, const std::string& name,
+                        const std::vector<int64_t>& shape);
+
+/// Row block [begin, begin + count) of a 2-D tensor, as a new tensor.
+Tensor take_rows(const Tensor& t, int64_t begin, int64_t count);
+
+/// Stacks 2-D tensors (or row blocks) with the same number of columns along rows.
+Tensor concat_rows(const std::vector<Tensor>& parts);
+
+/// Drops size-1 dimensions of a weight stored as e.g. [C, 1, K] -> [C, K].
+Tensor squeeze(const Tensor& t);
+
+/// Checks every spec's tensor exists with its shape; one error naming all problems (up to 10).
+struct WeightSpec;
+Status check_checkpoint(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs);
+
+}  // namespace hyla::model

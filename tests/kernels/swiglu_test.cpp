@@ -1,0 +1,139 @@
+// SwiGLU (silu_and_mul) against a float64 reference: odd I, T = 0, 1 and larger, strided and
+// misaligned x, y as a column slice of a wider buffer, in place over x's gate half; argument
+// errors.
+#include "kernels/swiglu.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "strided_views.h"
+#include "testing.h"
+
+namespace hyla::kernels {
+namespace {
+
+using testing::padded_numel;
+using testing::padded_view;
+using testing::Tolerance;
+
+/// y[t, i] = silu(x[t, i]) * x[t, I + i] in float64; x is [T, 2I] row-major.
+std::vector<double> silu_and_mul_reference(const std::vector<double>& x, int64_t T, int64_t I) {
+  std::vector<double> y(size_t(T * I));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < I; ++i) {
+      const double gate = x[size_t(t * 2 * I + i)], up = x[size_t(t * 2 * I + I + i)];
+      y[size_t(t * I + i)] = gate / (1.0 + std::exp(-gate)) * up;
+    }
+  }
+  return y;
+}
+
+constexpr Tolerance kOutputTolerance = {
+    .atol = 1e-6, .rtol = 1e-5, .why = "fp32 expf within a few ulp, one division and two products"};
+
+enum class Layout { kContiguous, kStrided, kInPlace };
+
+struct SwigluCase {
+  int64_t T, I;
+  Layout layout;
+
+  std::string name() const {
+    return str_cat("T", T, "_I", I,
+                   layout == Layout::kStrided   ? "_strided"
+                   : layout == Layout::kInPlace ? "_inplace"
+                                                : "");
+  }
+};
+
+const SwigluCase kCases[] = {
+    {0, 8, Layout::kContiguous},   {1, 1, Layout::kContiguous}, {1, 17, Layout::kStrided},
+    {5, 128, Layout::kContiguous}, {33, 37, Layout::kStrided},  {7, 64, Layout::kInPlace},
+    {1, 33, Layout::kInPlace},     {300, 96, Layout::kStrided},
+};
+
+TEST(SiluAndMulTest, MatchesFloat64Reference) {
+  int seed = 0;
+  for (const SwigluCase& c : kCases) {
+    SCOPED_TRACE(c.name());
+    std::mt19937 rng(++seed);
+    const bool strided = c.layout == Layout::kStrided;
+    const int64_t x_pad = strided ? 3 : 0, x_offset = strided ? 1 : 0;
+    // strided y: columns [3, 3 + I) of a [T, I + 7] buffer
+    const int64_t y_pad = strided ? 7 : 0, y_offset = strided ? 3 : 0;
+    Tensor x_storage = testing::random_normal({padded_numel({c.T, 2 * c.I}, x_pad, x_offset)},
+                                              DType::kF32, rng, 0.0f, 3.0f);
+    const TensorView x = padded_view(x_storage, {c.T, 2 * c.I}, x_pad, x_offset);
+    const std::vector<double> want = silu_and_mul_reference(testing::to_f64(x), c.T, c.I);
+    if (c.layout == Layout::kInPlace) {
+      // y = x[:, :I] over the same rows
+      const int64_t y_shape[] = {c.T, c.I}, y_strides[] = {x.stride(0), 1};
+      const TensorView y(x.raw(), DType::kF32, 2, y_shape, y_strides);
+      ASSERT_OK(silu_and_mul({.x = x, .y = y}));
+      EXPECT_CLOSE(y, want, kOutputTolerance);
+      continue;
+    }
+    Tensor y_storage = testing::poisoned({padded_numel({c.T, c.I}, y_pad, y_offset)}, DType::kF32);
+    const TensorView y = padded_view(y_storage, {c.T, c.I}, y_pad, y_offset);
+    ASSERT_OK(silu_and_mul({.x = x, .y = y}));
+    EXPECT_CLOSE(y, want, kOutputTolerance);
+    EXPECT_TRUE(testing::untouched_outside(y_storage, y));
+  }
+}
+
+TEST(SiluAndMulTest, SaturatesWithoutNaN) {
+  // silu(-1e30) * up = -0 * up and silu(1e30) * up = 1e30 * up: no inf / inf or 0 * inf
+  Tensor x = testing::tensor_from({-1e30, -100, 100, 1e3, 2, 3, 0.5, 1e-3}, {1, 8}, DType::kF32);
+  Tensor y = testing::poisoned({1, 4}, DType::kF32);
+  ASSERT_OK(silu_and_mul({.x = x, .y = y}));
+  EXPECT_CLOSE(y, silu_and_mul_reference(testing::to_f64(x), 1, 4),
+               {.atol = 1e-30, .rtol = 1e-6, .why = "saturated silu is exactly 0 or x"});
+}
+
+TEST(SiluAndMulTest, RejectsBadArguments) {
+  std::mt19937 rng(5);
+  const int64_t T = 3, I = 4;
+  Tensor x = testing::random_normal({T, 2 * I}, DType::kF32, rng);
+  Tensor x_odd = testing::random_normal({T, 2 * I + 1}, DType::kF32, rng);
+  Tensor x_bf16 = testing::random_normal({T, 2 * I}, DType::kBF16, rng);
+  Tensor x_3d = testing::random_normal({T, 1, 2 * I}, DType::kF32, rng);
+  Tensor y = testing::poisoned({T, I}, DType::kF32);
+  Tensor y_wide = testing::poisoned({T, 2 * I}, DType::kF32);
+  const TensorView y_on_cuda(y.view().raw(), DType::kF32, {T, I}, Device::cuda(0));
+  // x's memory as a contiguous [T, I] y: same pointer, row stride I instead of 2I
+  const TensorView y_alias_packed(x.view().raw(), DType::kF32, {T, I});
+  const SiluAndMulParams good = {.x = x, .y = y};
+
+  struct ErrorCase {
+    const char* name;
+    std::function<void(SiluAndMulParams&)> change;
+    const char* error;
+  };
+  const ErrorCase cases[] = {
+      {"x_rank", [&](SiluAndMulParams& p) { p.x = x_3d; },
+       "silu_and_mul: x has shape [3, 1, 8], expected [*, *] (T, 2I)"},
+      {"x_odd", [&](SiluAndMulParams& p) { p.x = x_odd; },
+       "silu_and_mul: x has shape [3, 9], expected an even last dim (2I: gate then up)"},
+      {"y_shape", [&](SiluAndMulParams& p) { p.y = y_wide; },
+       "silu_and_mul: y has shape [3, 8], expected [3, 4] (T, I)"},
+      {"x_dtype", [&](SiluAndMulParams& p) { p.x = x_bf16; },
+       "silu_and_mul: x has dtype bf16, expected f32"},
+      {"y_device", [&](SiluAndMulParams& p) { p.y = y_on_cuda; },
+       "silu_and_mul: y is on cuda:0, expected cpu"},
+      {"alias_other_stride", [&](SiluAndMulParams& p) { p.y = y_alias_packed; },
+       "silu_and_mul: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
+      {"missing_y", [&](SiluAndMulParams& p) { p.y = {}; }, "silu_and_mul: y is missing"},
+  };
+  for (const ErrorCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    SiluAndMulParams p = good;
+    c.change(p);
+    EXPECT_ERROR_CONTAINS(silu_and_mul(p), c.error);
+  }
+  EXPECT_OK(silu_and_mul(good));
+}
+
+}  // namespace
+}  // namespace hyla::kernels
