@@ -1,9 +1,11 @@
-// The `hyla` command. Subcommands: selfcheck (CPU check + short benchmark of the delta-rule core).
+// The `hyla` command. Subcommands: selfcheck (CPU check + short benchmark of the delta-rule core),
+// inspect (a checkpoint's tensors per layer and role).
 // Later issues add generate, serve, bench and inspect.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "cli/inspect.h"
 #include "cli/selfcheck.h"
 
 int main(int argc, char** argv) {
@@ -19,7 +21,13 @@ int main(int argc, char** argv) {
   sc->add_option("--threads", selfcheck.threads, "worker threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
 
+  std::string inspect_path;
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "per-layer tensors of a model: roles, shapes, dtypes, parameter counts");
+  inspect->add_option("path", inspect_path, "checkpoint folder or config.json")->required();
+
   CLI11_PARSE(app, argc, argv);
+  if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);
   std::printf("%s", app.help().c_str());
   return 0;

@@ -109,10 +109,10 @@ class [[nodiscard]] Result {
 #define HYLA_CONCAT(a, b) HYLA_CONCAT_INNER(a, b)
 
 /// `HYLA_ASSIGN_OR_RETURN(Tensor t, load(...));` declares t from a Result, or returns its error.
-#define HYLA_ASSIGN_OR_RETURN(lhs, expr)                                         \
-  auto HYLA_CONCAT(hyla_result_, __LINE__) = (expr);                             \
-  if (!HYLA_CONCAT(hyla_result_, __LINE__).ok())                                 \
-    return HYLA_CONCAT(hyla_result_, __LINE__).status();                         \
+#define HYLA_ASSIGN_OR_RETURN(lhs, expr)                 \
+  auto HYLA_CONCAT(hyla_result_, __LINE__) = (expr);     \
+  if (!HYLA_CONCAT(hyla_result_, __LINE__).ok())         \
+    return HYLA_CONCAT(hyla_result_, __LINE__).status(); \
   lhs = std::move(HYLA_CONCAT(hyla_result_, __LINE__)).value()
 
 /// Returns the Status of `expr` from the enclosing function if it is not ok.

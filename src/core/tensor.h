@@ -76,7 +76,8 @@ class TensorView {
   TensorView slice(int64_t begin, int64_t end) const;
   /// View of elements [begin, begin + length) along dimension d (same rank, same strides).
   TensorView narrow(int d, int64_t begin, int64_t length) const;
-  /// Splits the last dimension (stride 1) into [heads, dim]: [..., heads * dim] -> [..., heads, dim].
+  /// Splits the last dimension (stride 1) into [heads, dim]: [..., heads * dim] -> [..., heads,
+  /// dim].
   TensorView unflatten_last(int64_t heads, int64_t dim) const;
   /// Same data, new contiguous shape (requires a contiguous view with the same numel).
   TensorView reshape(std::initializer_list<int64_t> shape) const;

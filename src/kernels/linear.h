@@ -13,7 +13,8 @@ namespace hyla::kernels {
 struct LinearParams {
   TensorView x;       ///< [T, K] f32, last dim contiguous, any row stride; T may be 0
   TensorView weight;  ///< [N, K] f32|bf16|f16, contiguous
-  TensorView bias;    ///< optional [N] f32
+  /// optional [N] f32; `{}` so designated initialisers may leave it out without a warning
+  TensorView bias{};
   /// out [T, N] f32, last dim contiguous, any row stride (may be a column slice of a wider
   /// buffer); must not overlap x
   TensorView y;

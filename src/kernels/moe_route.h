@@ -22,8 +22,9 @@ enum class MoeScoring {
 
 struct MoeRouteParams {
   TensorView logits;  ///< [T, E] f32 router logits, last dim contiguous
-  /// optional [E] f32: added to the scores for SELECTION only (weights use the raw scores)
-  TensorView correction_bias;
+  /// optional [E] f32: added to the scores for SELECTION only (weights use the raw scores); `{}`
+  /// so designated initialisers may leave it out without a warning
+  TensorView correction_bias{};
   MoeScoring scoring = MoeScoring::kSoftmax;
   int64_t top_k = 1;  ///< in [1, E], and at most the experts in the kept groups
   /// divide the chosen weights by their sum (+1e-20 for sigmoid scoring)

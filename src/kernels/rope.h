@@ -2,8 +2,8 @@
 // Qwen3NextRotaryEmbedding + apply_rotary_pos_emb with partial_rotary_factor).
 //   inv_freq[i] = 1 / theta^(2i / rotary_dim),   i in [0, rotary_dim / 2)
 //   angle       = pos * inv_freq[i]
-//   x1 = x[i], x2 = x[i + rotary_dim/2]:  x[i] = x1 cos - x2 sin,  x[i + rotary_dim/2] = x2 cos +
-//   x1 sin
+//   x1 = x[i], x2 = x[i + rotary_dim/2]:
+//     x[i] = x1 cos - x2 sin,   x[i + rotary_dim/2] = x2 cos + x1 sin
 // Dims [rotary_dim, head_dim) pass through. inv_freq, the angle and its cos / sin are computed in
 // fp32 exactly as HF does (not in double), so large positions round the angle the same way.
 #pragma once

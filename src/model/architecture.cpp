@@ -12,6 +12,7 @@ extern const Architecture kQwen3NextArchitecture;
 extern const Architecture kQwen35Architecture;
 extern const Architecture kQwen35MoeArchitecture;
 extern const Architecture kKimiLinearArchitecture;
+extern const Architecture kKimiK3Architecture;
 
 namespace {
 
@@ -28,6 +29,7 @@ const std::vector<Registration>& registry() {
       {"qwen3_5_moe", &kQwen35MoeArchitecture},
       {"qwen3_5_moe_text", &kQwen35MoeArchitecture},
       {"kimi_linear", &kKimiLinearArchitecture},
+      {"kimi_k3", &kKimiK3Architecture},
   };
   return kRegistry;
 }
@@ -48,7 +50,8 @@ std::string supported_model_types() {
 
 Result<LoadedConfig> load_config(const std::string& path) {
   namespace fs = std::filesystem;
-  const std::string file = fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
+  const std::string file =
+      fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
   HYLA_ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(file));
   if (!json.is_object()) return invalid_argument(file, ": expected a JSON object");
   // Multimodal wrappers keep the decoder's config in text_config.
@@ -59,14 +62,19 @@ Result<LoadedConfig> load_config(const std::string& path) {
                ? j["model_type"].get<std::string>()
                : std::string();
   };
-  std::string model_type = type_of(text);
-  if (model_type.empty()) model_type = type_of(json);
+  // The wrapper's own model_type wins when it is registered (kimi_k3 wraps a kimi_linear-style
+  // text_config but needs its own forward); otherwise the decoder's.
+  std::string model_type = type_of(json);
+  if (model_type.empty() || find_architecture(model_type) == nullptr) {
+    const std::string inner = type_of(text);
+    if (!inner.empty()) model_type = inner;
+  }
   if (model_type.empty())
     return invalid_argument(file, ": no model_type; supported: ", supported_model_types());
   const Architecture* arch = find_architecture(model_type);
   if (arch == nullptr)
-    return unsupported(file, ": model_type '", model_type, "' is not supported; supported: ",
-                       supported_model_types());
+    return unsupported(file, ": model_type '", model_type,
+                       "' is not supported; supported: ", supported_model_types());
   HYLA_ASSIGN_OR_RETURN(ModelConfig config, arch->parse_config(text, file));
   return LoadedConfig{arch, std::move(config)};
 }

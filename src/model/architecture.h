@@ -3,8 +3,9 @@
 // loader; everything else is shared.
 #pragma once
 
-#include <memory>
 #include <nlohmann/json.hpp>
+
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -3,8 +3,9 @@
 // (config_field_guard) and return it as a Status.
 #pragma once
 
-#include <cstdint>
 #include <nlohmann/json.hpp>
+
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>

@@ -125,8 +125,7 @@ Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& st
   HYLA_RETURN_IF_ERROR(norm(h, final_norm_, c, normed));
   if (trace) trace->hidden_states.push_back(normed.clone());
   Tensor logits = Tensor::empty({T, c.vocab_size}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(
-      kernels::linear({.x = normed, .weight = lm_head_, .bias = {}, .y = logits}));
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = normed, .weight = lm_head_, .bias = {}, .y = logits}));
   state.length += T;
   return logits;
 }

@@ -19,8 +19,8 @@
 namespace hyla::model {
 
 struct DecoderLayer {
-  Tensor input_norm;  ///< [hidden]
-  Tensor post_norm;   ///< [hidden]
+  Tensor input_norm;              ///< [hidden]
+  Tensor post_norm;               ///< [hidden]
   GdnWeights gdn;                 ///< MixerKind::kGatedDeltaNet
   KdaWeights kda;                 ///< MixerKind::kKimiDelta
   AttentionWeights attention;     ///< MixerKind::kFullAttention

@@ -54,7 +54,7 @@ class SafetensorsFile {
   ~SafetensorsFile();
 
   const std::string& path() const { return path_; }
-  /// In header order.
+  /// Sorted by name.
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
   /// nullptr when absent.
   const TensorEntry* find(std::string_view name) const;

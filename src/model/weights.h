@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 namespace hyla::model {
 
 /// What a tensor does (seed: the K3 KDA weight accounting groups them this way).
@@ -34,5 +36,22 @@ struct WeightSpec {
 
   int64_t numel() const;
 };
+
+/// True for roles that belong to a layer's token mixer (GDN / KDA / attention / MLA).
+bool is_mixer_role(WeightRole role);
+
+/// The seed's accounting of one kind of mixer over the model: parameters per layer, over all
+/// layers of that kind, and (for linear attention) how they split between the gates that decide
+/// how much is written and forgotten (beta, alpha) and the 2-D content / output projections.
+struct MixerAccounting {
+  MixerKind kind;
+  int64_t layers = 0;
+  int64_t per_layer = 0;    ///< mixer parameters of one layer (0 when the layers differ)
+  int64_t total = 0;        ///< over all layers of this kind
+  int64_t gates = 0;        ///< per layer: write strength + forget gate roles
+  int64_t projections = 0;  ///< per layer: 2-D content and output tensors (q/k/v/g/o)
+};
+std::vector<MixerAccounting> mixer_accounting(const ModelConfig& config,
+                                              const std::vector<WeightSpec>& specs);
 
 }  // namespace hyla::model

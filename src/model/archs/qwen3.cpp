@@ -2,7 +2,8 @@
 // mapping table and loader. HF: Qwen3NextForCausalLM, Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM.
 // The three differ in two places only:
 //   - GDN projections: Qwen3-Next groups them per key head (in_proj_qkvz rows per group
-//     [q_g | k_g | v_g | z_g], in_proj_ba rows [b_g | a_g]); Qwen3.5 has in_proj_qkv / _z / _b / _a.
+//     [q_g | k_g | v_g | z_g], in_proj_ba rows [b_g | a_g]); Qwen3.5 has in_proj_qkv / _z / _b /
+//     _a.
 //   - MLP: Qwen3-Next and Qwen3.5-MoE use MoE (softmax top-k + sigmoid-gated shared expert);
 //     Qwen3.5 a dense SwiGLU MLP.
 // Everything else: (1 + w) RMSNorms, gated full attention every 4th layer with partial RoPE.
@@ -64,10 +65,11 @@ Result<ModelConfig> parse_qwen(const nlohmann::json& j, const std::string& sourc
     a.num_kv_heads = config_int(j, "num_key_value_heads", a.num_heads);
     a.head_dim = config_int(j, "head_dim", c.hidden_size / std::max<int64_t>(a.num_heads, 1));
     const nlohmann::json& rope = config_object(j, "rope_parameters");
-    const double partial =
-        config_number(rope, "partial_rotary_factor", config_number(j, "partial_rotary_factor", 0.25));
+    const double partial = config_number(rope, "partial_rotary_factor",
+                                         config_number(j, "partial_rotary_factor", 0.25));
     a.rotary_dim = int64_t(double(a.head_dim) * partial);
-    a.rope_theta = float(config_number(rope, "rope_theta", config_number(j, "rope_theta", 10000.0)));
+    a.rope_theta =
+        float(config_number(rope, "rope_theta", config_number(j, "rope_theta", 10000.0)));
     a.output_gate = true;
 
     // MLP kinds.
@@ -142,9 +144,12 @@ void attention_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& o
   const std::string p = layer_prefix(i) + "self_attn.";
   const int64_t hidden = c.hidden_size, q = a.num_heads * a.head_dim * (a.output_gate ? 2 : 1);
   out.push_back({p + "q_proj.weight", {q, hidden}, WeightRole::kAttention, i});
-  out.push_back({p + "k_proj.weight", {a.num_kv_heads * a.head_dim, hidden}, WeightRole::kAttention, i});
-  out.push_back({p + "v_proj.weight", {a.num_kv_heads * a.head_dim, hidden}, WeightRole::kAttention, i});
-  out.push_back({p + "o_proj.weight", {hidden, a.num_heads * a.head_dim}, WeightRole::kAttention, i});
+  out.push_back(
+      {p + "k_proj.weight", {a.num_kv_heads * a.head_dim, hidden}, WeightRole::kAttention, i});
+  out.push_back(
+      {p + "v_proj.weight", {a.num_kv_heads * a.head_dim, hidden}, WeightRole::kAttention, i});
+  out.push_back(
+      {p + "o_proj.weight", {hidden, a.num_heads * a.head_dim}, WeightRole::kAttention, i});
   out.push_back({p + "q_norm.weight", {a.head_dim}, WeightRole::kAttention, i});
   out.push_back({p + "k_norm.weight", {a.head_dim}, WeightRole::kAttention, i});
 }
@@ -169,8 +174,8 @@ void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
     swiglu_specs(str_cat(p, "experts.", e, "."), hidden, m.expert_intermediate,
                  WeightRole::kExperts, i, out);
   if (m.shared_intermediate > 0) {
-    swiglu_specs(p + "shared_expert.", hidden, m.shared_intermediate, WeightRole::kSharedExperts,
-                 i, out);
+    swiglu_specs(p + "shared_expert.", hidden, m.shared_intermediate, WeightRole::kSharedExperts, i,
+                 out);
     out.push_back({p + "shared_expert_gate.weight", {1, hidden}, WeightRole::kSharedExperts, i});
   }
 }
@@ -178,16 +183,20 @@ void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
 std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
   const QwenVariant v = variant_of(c);
   std::vector<WeightSpec> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, WeightRole::kEmbedding});
+  out.push_back(
+      {"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, WeightRole::kEmbedding});
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    out.push_back({layer_prefix(i) + "input_layernorm.weight", {c.hidden_size}, WeightRole::kNorm, i});
+    out.push_back(
+        {layer_prefix(i) + "input_layernorm.weight", {c.hidden_size}, WeightRole::kNorm, i});
     if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
       gdn_specs(c, i, v, out);
     } else {
       attention_specs(c, i, out);
     }
-    out.push_back(
-        {layer_prefix(i) + "post_attention_layernorm.weight", {c.hidden_size}, WeightRole::kNorm, i});
+    out.push_back({layer_prefix(i) + "post_attention_layernorm.weight",
+                   {c.hidden_size},
+                   WeightRole::kNorm,
+                   i});
     mlp_specs(c, i, out);
   }
   out.push_back({"model.norm.weight", {c.hidden_size}, WeightRole::kNorm});
@@ -217,7 +226,8 @@ class QwenLoader {
     const std::string p = layer_prefix(i) + "linear_attn.";
     GdnWeights w;
     if (variant_of(c_) == QwenVariant::kNext) {
-      // Regroup [q_g | k_g | v_g | z_g] per key group g and [b_g | a_g] into [q | k | v | z | b | a].
+      // Regroup [q_g | k_g | v_g | z_g] per key group g and [b_g | a_g] into [q | k | v | z | b |
+      // a].
       HYLA_ASSIGN_OR_RETURN(Tensor qkvz, get(p + "in_proj_qkvz.weight"));
       HYLA_ASSIGN_OR_RETURN(Tensor ba, get(p + "in_proj_ba.weight"));
       const int64_t group = 2 * dk + 2 * r * dv;
@@ -232,7 +242,8 @@ class QwenLoader {
         a.push_back(take_rows(ba, g * 2 * r + r, r));
       }
       std::vector<Tensor> rows;
-      for (auto* part : {&q, &k, &v, &z, &b, &a}) rows.insert(rows.end(), part->begin(), part->end());
+      for (auto* part : {&q, &k, &v, &z, &b, &a})
+        rows.insert(rows.end(), part->begin(), part->end());
       w.in_proj = concat_rows(rows);
     } else {
       HYLA_ASSIGN_OR_RETURN(Tensor qkv, get(p + "in_proj_qkv.weight"));
@@ -326,13 +337,13 @@ Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& c, const Checkpoint&
 }  // namespace
 
 extern const Architecture kQwen3NextArchitecture{
-    "qwen3_next", "Qwen3-Next: GDN (grouped projections) + gated attention, MoE",
-    parse_qwen3_next, qwen_weights, load_qwen};
-extern const Architecture kQwen35Architecture{
-    "qwen3_5", "Qwen3.5: GDN + gated attention, dense SwiGLU MLP", parse_qwen3_5, qwen_weights,
-    load_qwen};
-extern const Architecture kQwen35MoeArchitecture{
-    "qwen3_5_moe", "Qwen3.5-MoE: GDN + gated attention, MoE", parse_qwen3_5_moe, qwen_weights,
-    load_qwen};
+    "qwen3_next", "Qwen3-Next: GDN (grouped projections) + gated attention, MoE", parse_qwen3_next,
+    qwen_weights, load_qwen};
+extern const Architecture kQwen35Architecture{"qwen3_5",
+                                              "Qwen3.5: GDN + gated attention, dense SwiGLU MLP",
+                                              parse_qwen3_5, qwen_weights, load_qwen};
+extern const Architecture kQwen35MoeArchitecture{"qwen3_5_moe",
+                                                 "Qwen3.5-MoE: GDN + gated attention, MoE",
+                                                 parse_qwen3_5_moe, qwen_weights, load_qwen};
 
 }  // namespace hyla::model

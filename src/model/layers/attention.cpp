@@ -19,9 +19,8 @@ LayerState attention_new_state(const ModelConfig& config, int64_t capacity) {
   return s;
 }
 
-Status attention_forward(const AttentionWeights& w, const ModelConfig& config,
-                         const TensorView& x, int64_t past, LayerState& state,
-                         const TensorView& out) {
+Status attention_forward(const AttentionWeights& w, const ModelConfig& config, const TensorView& x,
+                         int64_t past, LayerState& state, const TensorView& out) {
   const FullAttentionConfig& a = config.attention;
   const int64_t T = x.size(0), nh = a.num_heads, nkv = a.num_kv_heads, hd = a.head_dim;
   const int64_t q_width = nh * hd * (a.output_gate ? 2 : 1), kv_width = nkv * hd;

@@ -13,7 +13,8 @@
 namespace hyla::model {
 
 struct AttentionWeights {
-  /// [nh hd (2 with the output gate) + 2 nkv hd, hidden]: rows [q_0 | gate_0 | q_1 | gate_1 | ... | k | v]
+  /// [nh hd (2 with the output gate) + 2 nkv hd, hidden]: rows [q_0 | gate_0 | q_1 | gate_1 | ... |
+  /// k | v]
   Tensor qkv_proj;
   Tensor q_norm;  ///< [head_dim]
   Tensor k_norm;  ///< [head_dim]
@@ -24,8 +25,7 @@ struct AttentionWeights {
 LayerState attention_new_state(const ModelConfig& config, int64_t capacity);
 
 /// x: [T, hidden] f32 (already normed) at positions past .. past+T-1; out: [T, hidden] f32.
-Status attention_forward(const AttentionWeights& w, const ModelConfig& config,
-                         const TensorView& x, int64_t past, LayerState& state,
-                         const TensorView& out);
+Status attention_forward(const AttentionWeights& w, const ModelConfig& config, const TensorView& x,
+                         int64_t past, LayerState& state, const TensorView& out);
 
 }  // namespace hyla::model

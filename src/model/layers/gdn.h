@@ -13,8 +13,9 @@
 namespace hyla::model {
 
 struct GdnWeights {
-  /// [2 H d_k + 2 HV d_v + 2 HV, hidden], rows [q (all key heads) | k | v (all value heads) | z | b | a]
-  /// (Qwen3-Next's per-key-group in_proj_qkvz / in_proj_ba are regrouped into this order at load).
+  /// [2 H d_k + 2 HV d_v + 2 HV, hidden], rows [q (all key heads) | k | v (all value heads) | z | b
+  /// | a] (Qwen3-Next's per-key-group in_proj_qkvz / in_proj_ba are regrouped into this order at
+  /// load).
   Tensor in_proj;
   Tensor conv;      ///< [2 H d_k + HV d_v, K] (channels in [q | k | v] order)
   Tensor A_log;     ///< [HV]

@@ -1,7 +1,8 @@
-// Kimi Delta Attention layer forward (see kda.h; HF KimiDeltaAttention, SGLang KimiK3DeltaAttention).
-// Three GEMMs read x: [q | k | v (| g)] (the wide one), [f_a | b] (two narrow ones merged) and, for
-// the low-rank output gate, g_a. Single tokens slide the conv window and run the recurrent rule;
-// longer inputs run the prefill conv and the extend rule (chunked for long inputs).
+// Kimi Delta Attention layer forward (see kda.h; HF KimiDeltaAttention, SGLang
+// KimiK3DeltaAttention). Three GEMMs read x: [q | k | v (| g)] (the wide one), [f_a | b] (two
+// narrow ones merged) and, for the low-rank output gate, g_a. Single tokens slide the conv window
+// and run the recurrent rule; longer inputs run the prefill conv and the extend rule (chunked for
+// long inputs).
 #include "model/layers/kda.h"
 
 #include "kernels/causal_conv1d.h"

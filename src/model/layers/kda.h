@@ -13,7 +13,8 @@
 namespace hyla::model {
 
 struct KdaWeights {
-  /// [3 H d, hidden] rows [q | k | v]; with a full-rank output gate (K3) also [.. | g]: [4 H d, hidden]
+  /// [3 H d, hidden] rows [q | k | v]; with a full-rank output gate (K3) also [.. | g]: [4 H d,
+  /// hidden]
   Tensor qkv_proj;
   Tensor conv;     ///< [3 H d, K], channels [q | k | v] (the three checkpoint convs merged)
   Tensor fa_b;     ///< [rank + H, hidden]: rows [f_a | b] (two GEMVs on the same input merged)

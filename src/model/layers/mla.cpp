@@ -57,8 +57,8 @@ Status latent_attention_forward(const LatentAttentionWeights& w, const ModelConf
                                          .form = kernels::RmsNormForm::kWeight,
                                          .y = cache.slice(past, S).narrow(1, 0, rank)}));
   for (int64_t t = 0; t < T; ++t)
-    std::memcpy(cache.data<float>() + (past + t) * row + rank,
-                ckv.data<float>() + t * row + rank, size_t(rope) * sizeof(float));
+    std::memcpy(cache.data<float>() + (past + t) * row + rank, ckv.data<float>() + t * row + rank,
+                size_t(rope) * sizeof(float));
 
   // [k_nope | v]_h = c W_kvb^T for every cached row; k_h = [k_nope_h | k_pe]
   Tensor kv = Tensor::empty({S, nh * (nope + d_v)}, DType::kF32);

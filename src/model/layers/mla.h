@@ -1,6 +1,7 @@
-// Multi-head latent attention without RoPE (Kimi-Linear; HF KimiMLAAttention with mla_use_nope):
+// Multi-head latent attention without RoPE (Kimi-Linear; HF KimiLinearAttention, mla_use_nope):
 //   q = x W_q^T                                  [heads, nope + rope]
-//   [c | k_pe] = x W_kva^T;  c = rmsnorm(c) (kv_a_layernorm, eps 1e-6 by default)
+//   (q LoRA: q = rmsnorm(x W_qa^T) W_qb^T, q_a_layernorm with the same eps as kv_a_layernorm)
+//   [c | k_pe] = x W_kva^T;  c = rmsnorm(c) (kv_a_layernorm, eps kv_a_norm_eps: 1e-6 as in HF)
 //   [k_nope | v]_h = c W_kvb^T                   per head
 //   k_h = [k_nope_h | k_pe] (k_pe shared by all heads, never rotated)
 //   o = softmax(q k^T * (nope + rope)^-1/2, causal) v;  out = o W_o^T (K3: times sigmoid(x W_g^T))

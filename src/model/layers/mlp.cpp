@@ -27,18 +27,18 @@ Status moe_forward(const MoeWeights& w, const MoeConfig& config, const TensorVie
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.router, .bias = {}, .y = logits}));
   Tensor ids = Tensor::empty({T, K}, DType::kI32);
   Tensor weights = Tensor::empty({T, K}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(kernels::moe_route(
-      {.logits = logits,
-       .correction_bias = w.correction_bias,
-       .scoring = config.scoring == MoeScoringKind::kSoftmax ? kernels::MoeScoring::kSoftmax
-                                                             : kernels::MoeScoring::kSigmoid,
-       .top_k = K,
-       .renormalize = config.renormalize,
-       .routed_scaling = config.routed_scaling,
-       .num_groups = config.num_groups,
-       .topk_groups = config.topk_groups,
-       .topk_ids = ids,
-       .topk_weights = weights}));
+  HYLA_RETURN_IF_ERROR(kernels::moe_route({.logits = logits,
+                                           .correction_bias = w.correction_bias,
+                                           .scoring = config.scoring == MoeScoringKind::kSoftmax
+                                                          ? kernels::MoeScoring::kSoftmax
+                                                          : kernels::MoeScoring::kSigmoid,
+                                           .top_k = K,
+                                           .renormalize = config.renormalize,
+                                           .routed_scaling = config.routed_scaling,
+                                           .num_groups = config.num_groups,
+                                           .topk_groups = config.topk_groups,
+                                           .topk_ids = ids,
+                                           .topk_weights = weights}));
 
   // Experts: gather each expert's tokens, run its MLP, scatter-add the weighted result.
   for (int64_t t = 0; t < T; ++t)

@@ -1,6 +1,7 @@
 // Feed-forward blocks: the SwiGLU MLP, down(silu(gate(x)) * up(x)), and the mixture of experts
-// (Qwen: softmax top-k, optional renormalisation, sigmoid-gated shared expert; Kimi: sigmoid scores,
-// correction bias for selection only, renormalisation, routed scaling, ungated shared experts).
+// (Qwen: softmax top-k, optional renormalisation, sigmoid-gated shared expert; Kimi: sigmoid
+// scores, correction bias for selection only, renormalisation, routed scaling, ungated shared
+// experts).
 #pragma once
 
 #include <vector>

@@ -21,6 +21,7 @@
 #include "model/architecture.h"
 #include "model/json_file.h"
 #include "model/safetensors.h"
+#include "model/test_files.h"
 #include "testing.h"
 
 namespace hyla::model {
@@ -41,10 +42,7 @@ constexpr Tolerance kRouter{.atol = 1e-3, .rtol = 0, .why = "fp32 routing weight
 // the logit spread; the top-1 token is also checked where HF's margin exceeds 2 * 0.25.
 constexpr Tolerance kBf16Logits{.atol = 0.25, .rtol = 0, .why = "bf16-rounded weights, fp32 math"};
 
-std::string golden_root() {
-  if (const char* env = std::getenv("HYLA_GOLDEN_DIR")) return env;
-  return HYLA_TEST_DATA_DIR "/golden";
-}
+std::string golden_root() { return testing::golden_dir(); }
 
 /// Architecture folders under the root: each has config.json and reference.safetensors.
 std::vector<std::string> golden_dirs() {
@@ -185,7 +183,8 @@ TEST_P(GoldenTest, TokenByTokenDecodeEqualsPrefill) {
   SequenceState state = g.model->new_sequence(T);
   Tensor logits = Tensor::empty({T, V}, DType::kF32);
   for (int64_t t = 0; t < T; ++t) {
-    Result<Tensor> step = g.model->forward(std::span<const int32_t>(ids).subspan(size_t(t), 1), state);
+    Result<Tensor> step =
+        g.model->forward(std::span<const int32_t>(ids).subspan(size_t(t), 1), state);
     ASSERT_TRUE(step.ok()) << step.status().message();
     std::copy_n(step->data<float>(), V, logits.data<float>() + t * V);
   }
@@ -195,10 +194,8 @@ TEST_P(GoldenTest, TokenByTokenDecodeEqualsPrefill) {
 TEST_P(GoldenTest, Bf16CheckpointStaysClose) {
   // Convert every floating tensor of the checkpoint to bf16 in a temp folder and load that.
   const std::string dir = GetParam();
-  const fs::path tmp = fs::temp_directory_path() /
-                       ("hyla_golden_bf16_" + fs::path(dir).filename().string() + "_" +
-                        std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
-  fs::create_directories(tmp);
+  const testing::TempDir tmp_dir;
+  const fs::path tmp = tmp_dir.path();
   fs::copy_file(fs::path(dir) / "config.json", tmp / "config.json",
                 fs::copy_options::overwrite_existing);
   {
@@ -243,7 +240,6 @@ TEST_P(GoldenTest, Bf16CheckpointStaysClose) {
     const auto got_row = got.begin() + t * V;
     EXPECT_EQ(std::max_element(got_row, got_row + V) - got_row, top - row) << "token " << t;
   }
-  fs::remove_all(tmp);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenTest, ::testing::ValuesIn(golden_dirs()),
