@@ -172,6 +172,20 @@ Status Checkpoint::index_tensors() {
                                 "' is in two shards: ", it->second->file, " and ", entry.file);
     }
   }
+  // Multimodal checkpoints nest the text decoder (Qwen3.5: model.language_model.*, Kimi:
+  // language_model.model.* and language_model.lm_head.*): make its tensors reachable under the
+  // text-only names the architectures' mapping tables use, unless those exist already.
+  static const std::pair<std::string_view, std::string_view> kWrappers[] = {
+      {"model.language_model.", "model."},
+      {"language_model.model.", "model."},
+      {"language_model.lm_head.", "lm_head."},
+  };
+  std::vector<std::pair<std::string, const TensorEntry*>> aliases;
+  for (const auto& [name, entry] : entries_)
+    for (const auto& [wrapped, plain] : kWrappers)
+      if (name.starts_with(wrapped))
+        aliases.emplace_back(str_cat(plain, name.substr(wrapped.size())), entry);
+  for (auto& [alias, entry] : aliases) entries_.emplace(std::move(alias), entry);
   return ok_status();
 }
 

@@ -18,6 +18,8 @@
 
 namespace hyla::model {
 
+/// Multimodal checkpoints (decoder under model.language_model. or language_model.model.) also
+/// answer to the text-only names (model.layers..., lm_head.weight).
 class Checkpoint {
  public:
   /// `path` is a checkpoint folder holding model.safetensors or model.safetensors.index.json

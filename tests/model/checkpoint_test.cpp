@@ -313,3 +313,31 @@ TEST(JsonFileTest, ReadsAndReportsErrors) {
 
 }  // namespace
 }  // namespace hyla::model
+
+namespace hyla::model {
+namespace {
+
+// A multimodal checkpoint (Qwen3.5 / Kimi K3 style) nests the decoder; the text-only names the
+// mapping tables use reach the same tensors.
+TEST(CheckpointTest, WrappedDecoderAnswersToTextOnlyNames) {
+  testing::TempDir dir;
+  Tensor a = Tensor::zeros({2, 3}, DType::kF32), b = Tensor::zeros({4}, DType::kF32),
+         c = Tensor::zeros({5}, DType::kF32);
+  a.data<float>()[1] = 7.0f;
+  ASSERT_OK(write_safetensors(dir.path() + "/model.safetensors",
+                              {{"model.language_model.layers.0.w", a.view()},
+                               {"language_model.lm_head.weight", b.view()},
+                               {"model.visual.patch_embed", c.view()}}));
+  Result<Checkpoint> ckpt = Checkpoint::open(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  ASSERT_NE(ckpt->find("model.layers.0.w"), nullptr);
+  EXPECT_EQ(ckpt->find("model.layers.0.w"), ckpt->find("model.language_model.layers.0.w"));
+  ASSERT_NE(ckpt->find("lm_head.weight"), nullptr);
+  EXPECT_EQ(ckpt->find("model.visual.patch_embed")->shape, std::vector<int64_t>{5});
+  Result<Tensor> w = ckpt->load("model.layers.0.w", {2, 3});
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  EXPECT_EQ(w->data<float>()[1], 7.0f);
+}
+
+}  // namespace
+}  // namespace hyla::model
