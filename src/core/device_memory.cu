@@ -1,6 +1,9 @@
 // CUDA half of device_memory.h (CUDA builds only).
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "core/cuda_check.h"
 
 namespace hyla {

@@ -1,0 +1,89 @@
+// Fused decode / verify step of a GDN or KDA layer (seed: decode 时 ... fused recurrent kernel,
+// target_verify and update-after-verify). B sequences, each with T new tokens (T = 1: decode;
+// T = 1 + drafts: speculative verify), all starting from their pool slots:
+//   [q | k | v] = silu(causal_conv1d(qkv))              window from the conv-state pool
+//   GDN: g = -exp(A_log[h]) softplus(a + dt_bias[h])    (one per value head)
+//   KDA: g = -exp(A_log[h]) softplus(f + dt_bias[h, i])  or the safe gate
+//        g = lower_bound * sigmoid(exp(A_log[h]) (f + dt_bias[h, i]))   (one per key channel)
+//   beta = sigmoid(b);  q, k = l2norm(q, k);  q *= scale
+//   delta rule (kernels/gated_delta_rule.h) token by token from the slot's state
+//   optional: o = norm_weight * rmsnorm(o) * act(norm_gate)
+// commit = true: the final SSM state and the advanced conv window are written back in place.
+// commit = false (verify): every token's SSM state goes to step_states and the pools stay
+// untouched; gated_delta_rule_commit then installs the state after the accepted tokens. No
+// allocation and, on CUDA, no host synchronisation: a decode step can be captured in a graph.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/tensor.h"
+#include "kernels/gated_rmsnorm.h"
+
+namespace hyla::kernels {
+
+/// Most tokens per sequence one decode / verify call takes (1 + 7 drafts).
+inline constexpr int64_t kMaxDecodeTokens = 8;
+
+struct GatedDeltaRuleDecodeParams {
+  int64_t tokens_per_seq = 1;  ///< T, in [1, kMaxDecodeTokens]
+  /// [B T, conv_dim] f32|bf16, rows b T + t: the projected channels before the conv, in the order
+  /// [q (H d_k) | k (H d_k) | v (HV d_v)]; conv_dim = 2 H d_k + HV d_v.
+  TensorView qkv;
+  TensorView conv_weight;  ///< [conv_dim, K] f32; w[c, K-1] multiplies the newest token
+  TensorView conv_state;   ///< [slots, conv_dim, K-1] f32|bf16 pool, oldest input first
+  /// GDN: [B T, HV] raw decay input a. KDA: [B T, HV, d_k] raw forget input f. f32|bf16.
+  TensorView a;
+  TensorView b;                      ///< [B T, HV] f32|bf16 raw write strength (beta = sigmoid(b))
+  TensorView A_log;                  ///< [HV] f32
+  TensorView dt_bias;                ///< GDN: [HV] f32. KDA: [HV, d_k] f32.
+  std::optional<float> lower_bound;  ///< KDA only: the safe gate when set (K3: -5)
+  TensorView state_pool;             ///< [slots, HV, d_v, d_k] f32|bf16, d_k contiguous
+  /// [B] i32 on the kernel's device: each sequence's slot in both pools; -1 = padding (skipped:
+  /// nothing read or written, its o rows untouched). On CUDA an id outside the pool is skipped too.
+  TensorView slots;
+  float scale = 0.0f;  ///< 0 = d_k^-1/2
+  bool commit = true;
+  /// Verify (commit = false) only: out [B, T, HV, d_v, d_k], the pool's dtype: state after each
+  /// token.
+  TensorView step_states;
+  TensorView o;  ///< out [B T, HV, d_v] f32|bf16
+
+  /// Optional gated RMSNorm of o (set norm_weight to enable): [d_v] f32 weight, gate [B T, HV,
+  /// d_v].
+  TensorView norm_weight;
+  TensorView norm_gate;
+  float norm_eps = 1e-6f;
+  GateActivation norm_act = GateActivation::kSilu;
+};
+
+/// After a verify call: install, per sequence, the state after its first accepted[b] tokens.
+struct GatedDeltaRuleCommitParams {
+  int64_t tokens_per_seq = 1;  ///< T of the verify call
+  TensorView qkv;              ///< the verify call's [B T, conv_dim] (advances the conv window)
+  TensorView conv_state;       ///< [slots, conv_dim, K-1] pool, updated in place
+  TensorView step_states;      ///< the verify call's [B, T, HV, d_v, d_k]
+  TensorView state_pool;       ///< [slots, HV, d_v, d_k], updated in place
+  TensorView slots;            ///< [B] i32, -1 = skip
+  /// [B] i32 in [0, T] on the kernel's device: tokens accepted; 0 leaves both pools as they are.
+  TensorView accepted;
+};
+
+Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream = {});
+Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream = {});
+
+/// Shapes and dtypes of p (values of device-resident index tensors are not read).
+Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p);
+Status check_gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p);
+
+namespace cpu {
+void gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p);
+void gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p);
+}  // namespace cpu
+
+namespace cuda {
+Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream);
+Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream);
+}  // namespace cuda
+
+}  // namespace hyla::kernels

@@ -1,0 +1,294 @@
+// CUDA body of the fused decode / verify step and the commit (kernels/gated_delta_rule_decode.h)
+// against the CPU body, which is the specification. Fresh random inputs every run (the seed is in
+// each failure's trace; HYLA_TEST_SEED=<n> replays one). Cases: GDN and KDA (plain and safe gate),
+// GVA 1:1 and 2:1, d_k = d_v = 128 (and 64), f32 / bf16 state pools and activations, with and
+// without the fused gated norm, B in {1, 3, 33} (a padding slot -1 among B > 1), T in {1, 2, 4, 8},
+// and B HV = 520 for the large-batch launch shape; slot ids outside the pool are skipped.
+// Every element of o, the state pool, the conv pool and (verify) the step states is compared;
+// padding rows must keep their poison on the GPU. Skipped when no CUDA device is visible.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/device_memory.h"
+#include "kernels/gated_delta_rule_decode.h"
+#include "kernels/gated_delta_rule_decode_cases.h"
+#include "kernels/strided_views.h"  // bitwise_equal
+#include "testing.h"
+
+namespace hyla::kernels {
+namespace {
+
+using testing::DecodeCase;
+using testing::DecodeGate;
+using testing::DecodeTensors;
+using testing::still_poisoned;
+using testing::Tolerance;
+
+constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
+
+// ---- Tolerances ----
+// Both bodies compute in fp32 from the same rounded inputs; they differ in summation order (dot
+// products over d_k = 128 split across threads) and in the libm behind expf / log1pf (a few ulp).
+// Keys are unit (l2norm), |v| <~ 2, beta in [0, 1], decay <= 1: the state map is non-expansive, so
+// those differences add over the <= 8 tokens instead of growing.
+
+/// One fp32 dot product over 128 terms differs by <= ~128 x 2^-24 = 8e-6 relative to its terms in
+/// the worst case (about 1e-6 typically); <= 8 tokens add such differences.
+constexpr Tolerance kF32Values{
+    .atol = 2e-5,
+    .rtol = 2e-5,
+    .why =
+        "both fp32, different summation order over d_k = 128 and different expf: ~1e-5 "
+        "relative, added (not grown) over <= 8 tokens"};
+/// Each side rounds its fp32 value once to bf16; values a few fp32 ulp apart can round to
+/// neighbouring bf16 values, one bf16 ulp apart: <= 2^-7 of the rounded value (2^-8 per rounding,
+/// both sides); near zero, where bf16 ulps are tiny, the fp32 difference of kF32Values remains.
+constexpr Tolerance kBf16Values{
+    .atol = 2e-5,
+    .rtol = 1.0 / 128,
+    .why =
+        "one bf16 rounding per stored element on each side: at most one bf16 ulp apart "
+        "(<= 2^-7 relative), plus kF32Values near zero"};
+/// With the fused norm a bf16 o is rounded twice on each side: the delta rule's o, then the norm's
+/// output computed from it. The first roundings may be one ulp apart (kBf16Values), which the
+/// norm carries as a 2^-7 relative difference into its output, and the second rounding may add
+/// one more ulp: <= 2 bf16 ulps, 2^-6 relative.
+constexpr Tolerance kBf16NormedOutput{
+    .atol = 2e-5,
+    .rtol = 1.0 / 64,
+    .why =
+        "bf16 o rounded, normalised, rounded again on each side: <= 2 bf16 ulps (2^-6 "
+        "relative), plus kF32Values near zero"};
+/// The conv pool receives copies of qkv values and of its own entries, each rounded once to the
+/// pool's dtype by both sides.
+constexpr Tolerance kExact{.atol = 0, .rtol = 0, .why = "copies of inputs, rounded alike"};
+
+Tolerance values_tolerance(DType dtype) { return dtype == kBF16 ? kBf16Values : kF32Values; }
+Tolerance output_tolerance(const DecodeCase& c) {
+  return c.norm && c.act == kBF16 ? kBf16NormedOutput : values_tolerance(c.act);
+}
+
+// ---- Running both bodies ----
+
+/// The run's base seed: HYLA_TEST_SEED when set (to replay a failure), else std::random_device.
+uint32_t base_seed() {
+  if (const char* env = std::getenv("HYLA_TEST_SEED"))
+    return uint32_t(std::strtoul(env, nullptr, 10));
+  return std::random_device{}();
+}
+
+/// "{2, -1, 0}"
+std::string list_string(const std::vector<int32_t>& values) {
+  std::string s = "{";
+  for (size_t i = 0; i < values.size(); ++i) s += str_cat(i ? ", " : "", values[i]);
+  return s + "}";
+}
+
+/// B distinct slots out of B + 3 in random order; for B > 1 one of them is -1 (padding).
+std::vector<int32_t> random_slots(int64_t B, std::mt19937& rng) {
+  std::vector<int32_t> ids(size_t(B + 3));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(size_t(B));
+  if (B > 1) ids[size_t(rng() % uint32_t(B))] = -1;
+  return ids;
+}
+
+/// o rows (and, for verify, step states) of every sequence: close to the CPU's for sequences with
+/// a slot, still poisoned on the GPU for padding ones.
+void expect_outputs_match(const DecodeCase& c, const DecodeTensors& gpu_back,
+                          const DecodeTensors& cpu, const std::vector<int32_t>& slots,
+                          bool verify) {
+  const int64_t T = cpu.T;
+  for (int64_t b = 0; b < int64_t(slots.size()); ++b) {
+    SCOPED_TRACE(str_cat("sequence b = ", b, ", slot ", slots[size_t(b)]));
+    const TensorView o_got = gpu_back.o.view().slice(b * T, (b + 1) * T);
+    const TensorView o_want = cpu.o.view().slice(b * T, (b + 1) * T);
+    if (slots[size_t(b)] < 0) {
+      EXPECT_TRUE(still_poisoned(o_got)) << "the GPU wrote o rows of a padding sequence";
+      if (verify) {
+        EXPECT_TRUE(still_poisoned(gpu_back.step_states.view().select(b)))
+            << "the GPU wrote step states of a padding sequence";
+      }
+      continue;
+    }
+    EXPECT_CLOSE(o_got, o_want, output_tolerance(c));
+    if (verify) {
+      EXPECT_CLOSE(gpu_back.step_states.view().select(b), cpu.step_states.view().select(b),
+                   values_tolerance(c.pool));
+    }
+  }
+}
+
+void expect_pools_match(const DecodeCase& c, const DecodeTensors& gpu_back,
+                        const DecodeTensors& cpu) {
+  EXPECT_CLOSE(gpu_back.state_pool, cpu.state_pool, values_tolerance(c.pool)) << "state pool";
+  EXPECT_CLOSE(gpu_back.conv_state, cpu.conv_state, kExact) << "conv pool";
+}
+
+/// Decode (commit), then verify + commit with random accepted counts, on both devices from the
+/// same host inputs; outputs are poisoned (0xff) on both sides before each call.
+void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed) {
+  SCOPED_TRACE(str_cat(c.name(), "_B", B, "_T", T, " seed ", seed));
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> slots = random_slots(B, rng);
+  SCOPED_TRACE(str_cat("slots ", list_string(slots)));
+  const DecodeTensors host = testing::make_decode_tensors(c, B, T, slots, /*num_slots=*/B + 3, rng);
+  const Device gpu_device = Device::cuda();
+
+  {  // decode: T tokens, final states written back to the pools
+    SCOPED_TRACE("decode (commit)");
+    DecodeTensors cpu = host.to(Device::cpu()), gpu = host.to(gpu_device);
+    cpu.poison_outputs();
+    gpu.poison_outputs();
+    ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/true)));
+    ASSERT_OK(gated_delta_rule_decode(gpu.decode_params(/*commit=*/true)));
+    const DecodeTensors back = gpu.to(Device::cpu());
+    expect_outputs_match(c, back, cpu, slots, /*verify=*/false);
+    expect_pools_match(c, back, cpu);
+  }
+
+  {  // verify: per-step states out, pools untouched; then commit the accepted prefixes
+    SCOPED_TRACE("verify + commit");
+    std::vector<int32_t> accepted(static_cast<size_t>(B));
+    for (int32_t& n : accepted) n = int32_t(rng() % uint32_t(T + 1));
+    DecodeTensors cpu = host.to(Device::cpu());
+    cpu.accepted = testing::int32_tensor(accepted);
+    DecodeTensors gpu = cpu.to(gpu_device);
+    cpu.poison_outputs();
+    gpu.poison_outputs();
+    ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/false)));
+    ASSERT_OK(gated_delta_rule_decode(gpu.decode_params(/*commit=*/false)));
+    const DecodeTensors back = gpu.to(Device::cpu());
+    expect_outputs_match(c, back, cpu, slots, /*verify=*/true);
+    EXPECT_TRUE(testing::bitwise_equal(back.state_pool, host.state_pool))
+        << "verify wrote the state pool on the GPU";
+    EXPECT_TRUE(testing::bitwise_equal(back.conv_state, host.conv_state))
+        << "verify wrote the conv pool on the GPU";
+
+    ASSERT_OK(gated_delta_rule_commit(cpu.commit_params()));
+    ASSERT_OK(gated_delta_rule_commit(gpu.commit_params()));
+    SCOPED_TRACE(str_cat("accepted ", list_string(accepted)));
+    expect_pools_match(c, gpu.to(Device::cpu()), cpu);
+  }
+}
+
+/// Every case of `gate` in the d = 128 grid, for every B and T.
+void expect_gate_matches_cpu(DecodeGate gate) {
+  const uint32_t seed = base_seed();
+  uint32_t n = 0;
+  for (const DecodeCase& c : testing::decode_case_grid(128)) {
+    if (c.gate != gate) continue;
+    for (int64_t B : {1, 3, 33})
+      for (int64_t T : {1, 2, 4, 8}) expect_cuda_matches_cpu(c, B, T, seed + n++);
+  }
+}
+
+// ---- Tests ----
+
+TEST(GatedDeltaRuleDecodeCudaTest, GdnMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_gate_matches_cpu(DecodeGate::kGdn);
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, KdaMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_gate_matches_cpu(DecodeGate::kKda);
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, KdaSafeGateMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  expect_gate_matches_cpu(DecodeGate::kKdaSafe);
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, HeadDim64MatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  const DecodeCase cases[] = {
+      {.gate = DecodeGate::kGdn,
+       .H = 1,
+       .HV = 2,
+       .d_k = 64,
+       .d_v = 64,
+       .act = kBF16,
+       .pool = kF32,
+       .conv = kBF16,
+       .norm = true},
+      {.gate = DecodeGate::kKdaSafe,
+       .H = 2,
+       .HV = 2,
+       .d_k = 64,
+       .d_v = 64,
+       .act = kF32,
+       .pool = kBF16,
+       .conv = kF32,
+       .norm = false},
+  };
+  uint32_t n = 0;
+  for (const DecodeCase& c : cases)
+    for (int64_t T : {1, 4, 8}) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++);
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, LargeBatchMatchesCpu) {
+  // B HV >= 512: the CUDA body may split heads more coarsely for large batches than for the small
+  // ones above; every gate and pool dtype, T = 1 and 2.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  uint32_t n = 0;
+  for (DecodeGate gate : {DecodeGate::kGdn, DecodeGate::kKda, DecodeGate::kKdaSafe}) {
+    for (DType pool : {kF32, kBF16}) {
+      const DecodeCase c{.gate = gate,
+                         .H = 4,
+                         .HV = 8,
+                         .d_k = 128,
+                         .d_v = 128,
+                         .act = kBF16,
+                         .pool = pool,
+                         .conv = kBF16,
+                         .norm = gate != DecodeGate::kGdn};
+      for (int64_t T : {1, 2}) expect_cuda_matches_cpu(c, /*B=*/65, T, seed + n++);
+    }
+  }
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, GatedNormMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // The fused norm with both gate activations (GDN: silu, KDA: sigmoid), on bf16 and f32 o, with
+  // the largest batch; the grids above cover it too, this names it.
+  const uint32_t seed = base_seed();
+  uint32_t n = 0;
+  for (const DecodeCase& c : testing::decode_case_grid(128)) {
+    if (!c.norm || c.pool != kF32 || c.H != 1) continue;
+    expect_cuda_matches_cpu(c, /*B=*/33, /*T=*/2, seed + n++);
+  }
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, OutOfRangeSlotIsSkippedOnCuda) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  // The CUDA entry does not read slot ids on the host; an id outside the pool is skipped like -1.
+  // The CPU run with -1 in its place is the reference.
+  const uint32_t seed = base_seed();
+  SCOPED_TRACE(str_cat("seed ", seed));
+  std::mt19937 rng(seed);
+  const DecodeCase c{.gate = DecodeGate::kGdn, .H = 1, .HV = 2, .d_k = 128, .d_v = 128};
+  constexpr int64_t kSlots = 4, T = 2;
+  for (bool commit : {true, false}) {
+    SCOPED_TRACE(commit ? "decode (commit)" : "verify");
+    DecodeTensors cpu = testing::make_decode_tensors(c, /*B=*/3, T, {2, -1, 0}, kSlots, rng);
+    DecodeTensors gpu = cpu.to(Device::cuda());
+    gpu.slots = testing::int32_tensor({2, kSlots, 0}).to(Device::cuda());
+    ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(commit)));
+    ASSERT_OK(gated_delta_rule_decode(gpu.decode_params(commit)));
+    const DecodeTensors back = gpu.to(Device::cpu());
+    expect_outputs_match(c, back, cpu, {2, -1, 0}, /*verify=*/!commit);
+    expect_pools_match(c, back, cpu);
+  }
+}
+
+}  // namespace
+}  // namespace hyla::kernels
