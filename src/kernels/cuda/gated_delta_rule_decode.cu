@@ -132,9 +132,10 @@ struct RowFragment<uint16_t, 2> {
 /// y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]) for t < T, where u is the channel's conv window
 /// (K-1 oldest-first entries from the pool) followed by the T new inputs. Kernels shorter than
 /// kMaxK are zero-padded on the old side so every register index is a compile-time constant.
+template <int kT>
 __device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int slot, int64_t ch,
-                                             float (&y)[kMaxT]) {
-  float seq[kMaxK - 1 + kMaxT];
+                                             float (&y)[kT]) {
+  float seq[kMaxK - 1 + kT];
   float w[kMaxK];
   const int pad = kMaxK - p.K;
 #pragma unroll
@@ -145,11 +146,11 @@ __device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int slot,
                                  (int64_t(slot) * p.conv_dim + ch) * (p.K - 1) + (j - pad))
                       : 0.0f;
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t)
+  for (int t = 0; t < kT; ++t)
     seq[kMaxK - 1 + t] =
         t < p.T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * p.T + t) * p.conv_dim + ch) : 0.0f;
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
+  for (int t = 0; t < kT; ++t) {
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < kMaxK; ++j) acc = fmaf(w[j], seq[t + j], acc);
@@ -170,19 +171,21 @@ __device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
 /// One block: value head hv, state rows [v0, v0 + kBV) of sequence b, all T tokens. Warp w owns
 /// the kBV / 4 consecutive rows starting at v0 + w kBV / 4; it loads all of them first thing, so
 /// the state bytes are in flight while the block computes q, k, v and the gates.
-template <typename Ts, bool kKda, int kDk, int kBV>
+/// kT: the most tokens per sequence this instantiation handles (1 for decode, kMaxT for verify),
+/// so the decode path does no work for absent draft tokens.
+template <typename Ts, bool kKda, int kDk, int kBV, int kT>
 __global__ void __launch_bounds__(kThreads) decode_step_kernel(const __grid_constant__ StepArgs p) {
   constexpr int kPerLane = kDk / 32;
   constexpr int kRows = kBV / kWarps;            // rows per warp
   constexpr int kGroup = kRows < 4 ? kRows : 4;  // rows per warp in flight while computing
   static_assert(kDk <= kThreads && kDk % 32 == 0 && kBV % kWarps == 0 && kRows % kGroup == 0);
-  __shared__ __align__(16) float s_q[kMaxT][kDk];
-  __shared__ __align__(16) float s_k[kMaxT][kDk];
-  __shared__ __align__(16) float s_decay[kKda ? kMaxT : 1][kDk];  // KDA: exp(g) per channel
-  __shared__ float s_v[kMaxT][kBV];
-  __shared__ float s_gdn_decay[kMaxT];  // GDN: exp(g)
-  __shared__ float s_beta[kMaxT];
-  __shared__ float s_partial[2][kMaxT][kWarps];
+  __shared__ __align__(16) float s_q[kT][kDk];
+  __shared__ __align__(16) float s_k[kT][kDk];
+  __shared__ __align__(16) float s_decay[kKda ? kT : 1][kDk];  // KDA: exp(g) per channel
+  __shared__ float s_v[kT][kBV];
+  __shared__ float s_gdn_decay[kT];  // GDN: exp(g)
+  __shared__ float s_beta[kT];
+  __shared__ float s_partial[2][kT][kWarps];
 
   const int b = blockIdx.y;
   const int hv = blockIdx.x / p.n_vsplit;
@@ -222,13 +225,13 @@ __global__ void __launch_bounds__(kThreads) decode_step_kernel(const __grid_cons
   if (tid < T) s_beta[tid] = sigmoid(load_any(p.b, p.b_bf16, (int64_t(b) * T + tid) * p.HV + hv));
 
   // q, k = silu(conv(...)) for key head kh, then l2norm (sums of squares reduced over the block).
-  float q[kMaxT], k[kMaxT];
+  float q[kT], k[kT];
   if (tid < kDk) {
     conv_channel(p, b, slot, int64_t(kh) * kDk + tid, q);
     conv_channel(p, b, slot, int64_t(p.H + kh) * kDk + tid, k);
   }
 #pragma unroll
-  for (int t = 0; t < kMaxT; ++t) {
+  for (int t = 0; t < kT; ++t) {
     if (t >= T) break;
     const float sq = warp_sum(tid < kDk ? q[t] * q[t] : 0.0f);
     const float sk = warp_sum(tid < kDk ? k[t] * k[t] : 0.0f);
@@ -236,16 +239,16 @@ __global__ void __launch_bounds__(kThreads) decode_step_kernel(const __grid_cons
   }
   // v channels of this block's rows.
   if (tid < kBV) {
-    float v[kMaxT];
+    float v[kT];
     conv_channel(p, b, slot, 2 * int64_t(p.H) * kDk + int64_t(hv) * p.d_v + v0 + tid, v);
 #pragma unroll
-    for (int t = 0; t < kMaxT; ++t)
+    for (int t = 0; t < kT; ++t)
       if (t < T) s_v[t][tid] = v[t];
   }
   __syncthreads();
   if (tid < kDk) {
 #pragma unroll
-    for (int t = 0; t < kMaxT; ++t) {
+    for (int t = 0; t < kT; ++t) {
       if (t >= T) break;
       float nq = 0.0f, nk = 0.0f;
 #pragma unroll
@@ -392,13 +395,22 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
   }
 }
 
-template <typename Ts, bool kKda, int kDk>
-void launch_step(const StepArgs& args, int B, int bv, cudaStream_t stream) {
+template <typename Ts, bool kKda, int kDk, int kT>
+void launch_step_tokens(const StepArgs& args, int B, int bv, cudaStream_t stream) {
   const dim3 grid(unsigned(args.HV * args.n_vsplit), unsigned(B));
   switch (bv) {
-    case 8: decode_step_kernel<Ts, kKda, kDk, 8><<<grid, kThreads, 0, stream>>>(args); break;
-    case 16: decode_step_kernel<Ts, kKda, kDk, 16><<<grid, kThreads, 0, stream>>>(args); break;
-    default: decode_step_kernel<Ts, kKda, kDk, 64><<<grid, kThreads, 0, stream>>>(args); break;
+    case 8: decode_step_kernel<Ts, kKda, kDk, 8, kT><<<grid, kThreads, 0, stream>>>(args); break;
+    case 16: decode_step_kernel<Ts, kKda, kDk, 16, kT><<<grid, kThreads, 0, stream>>>(args); break;
+    default: decode_step_kernel<Ts, kKda, kDk, 64, kT><<<grid, kThreads, 0, stream>>>(args); break;
+  }
+}
+
+template <typename Ts, bool kKda, int kDk>
+void launch_step(const StepArgs& args, int B, int bv, cudaStream_t stream) {
+  if (args.T == 1) {
+    launch_step_tokens<Ts, kKda, kDk, 1>(args, B, bv, stream);
+  } else {
+    launch_step_tokens<Ts, kKda, kDk, kMaxT>(args, B, bv, stream);
   }
 }
 
