@@ -5,11 +5,10 @@
 // long inputs).
 #include "model/layers/kda.h"
 
-#include "kernels/causal_conv1d.h"
-#include "kernels/gated_delta_rule.h"
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/gates.h"
 #include "kernels/linear.h"
+#include "model/layers/linear_attention.h"
 
 namespace hyla::model {
 
@@ -47,9 +46,6 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
                    LayerState& state, const TensorView& out) {
   const KdaLayout l = layout_of(config);
   const int64_t T = x.size(0);
-  const Tensor slot = Tensor::zeros({1}, DType::kI32);  // this sequence's state is slot 0
-  const Tensor cu = Tensor::zeros({2}, DType::kI32);
-  cu.data<int32_t>()[1] = int32_t(T);
 
   // [q | k | v (| g)] = x W_qkv(g)^T
   Tensor proj = Tensor::empty({T, l.proj()}, DType::kF32);
@@ -58,25 +54,7 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
   // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
   Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32);
   const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
-  if (T == 1) {
-    HYLA_RETURN_IF_ERROR(kernels::causal_conv1d_update({.x = qkv_in,
-                                                        .weight = w.conv,
-                                                        .bias = {},
-                                                        .conv_state = state.conv_state,
-                                                        .slots = slot,
-                                                        .silu = true,
-                                                        .y = mixed}));
-  } else {
-    HYLA_RETURN_IF_ERROR(kernels::causal_conv1d({.x = qkv_in,
-                                                 .weight = w.conv,
-                                                 .bias = {},
-                                                 .cu_seqlens = cu,
-                                                 .conv_state = state.conv_state,
-                                                 .initial_slots = slot,
-                                                 .final_slots = slot,
-                                                 .silu = true,
-                                                 .y = mixed}));
-  }
+  HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, state, mixed));
   const TensorView q = mixed.view().narrow(1, 0, l.P()).unflatten_last(l.H, l.d);
   const TensorView k = mixed.view().narrow(1, l.P(), l.P()).unflatten_last(l.H, l.d);
   const TensorView v = mixed.view().narrow(1, 2 * l.P(), l.P()).unflatten_last(l.H, l.d);
@@ -101,20 +79,7 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
 
   // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to slot 0
   Tensor o = Tensor::empty({T, l.H, l.d}, DType::kF32);
-  kernels::GatedDeltaRuleParams p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.g = g;
-  p.beta = beta;
-  p.cu_seqlens = cu;
-  p.state_pool = state.ssm_state;
-  p.initial_slots = slot;
-  p.final_slots = slot;
-  p.use_qk_l2norm = true;
-  p.o = o;
-  HYLA_RETURN_IF_ERROR(T == 1 ? kernels::gated_delta_rule_recurrent(p)
-                              : kernels::gated_delta_rule_extend(p));
+  HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, state, o));
 
   // gate = x W_g^T (full rank, from the fused projection) or (x W_ga^T) W_gb^T (low rank)
   Tensor low_rank_gate;
