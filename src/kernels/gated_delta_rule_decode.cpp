@@ -20,21 +20,38 @@ Status check_index(std::string_view op, std::string_view name, const TensorView&
   return check_contiguous(op, name, t);
 }
 
+/// Geometry shared by decode and commit, read off state_pool [slots, HV, d_v, d_k] and
+/// qkv [B T, conv_dim].
+struct StepGeometry {
+  int64_t T, B, num_slots, HV, d_v, d_k, conv_dim;
+};
+
+Status check_step_geometry(std::string_view op, int64_t T, const TensorView& state_pool,
+                           const TensorView& qkv, StepGeometry* g) {
+  if (T < 1 || T > kMaxDecodeTokens)
+    return invalid_argument(op, ": tokens_per_seq is ", T, ", expected 1 to ", kMaxDecodeTokens);
+  HYLA_RETURN_IF_ERROR(check_shape(op, "state_pool", state_pool,
+                                   {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "slots, HV, d_v, d_k"));
+  HYLA_RETURN_IF_ERROR(check_shape(op, "qkv", qkv, {kAnyDim, kAnyDim}, "B T, conv_dim"));
+  if (qkv.size(0) % T != 0)
+    return invalid_argument(op, ": qkv has ", qkv.size(0), " rows, not a multiple of T = ", T);
+  *g = {T,
+        qkv.size(0) / T,
+        state_pool.size(0),
+        state_pool.size(1),
+        state_pool.size(2),
+        state_pool.size(3),
+        qkv.size(1)};
+  return ok_status();
+}
+
 }  // namespace
 
 Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
   constexpr std::string_view op = "gated_delta_rule_decode";
-  const int64_t T = p.tokens_per_seq;
-  if (T < 1 || T > kMaxDecodeTokens)
-    return invalid_argument(op, ": tokens_per_seq is ", T, ", expected 1 to ", kMaxDecodeTokens);
-  HYLA_RETURN_IF_ERROR(check_shape(op, "state_pool", p.state_pool,
-                                   {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "slots, HV, d_v, d_k"));
-  const int64_t num_slots = p.state_pool.size(0), HV = p.state_pool.size(1),
-                d_v = p.state_pool.size(2), d_k = p.state_pool.size(3);
-  HYLA_RETURN_IF_ERROR(check_shape(op, "qkv", p.qkv, {kAnyDim, kAnyDim}, "B T, conv_dim"));
-  if (p.qkv.size(0) % T != 0)
-    return invalid_argument(op, ": qkv has ", p.qkv.size(0), " rows, not a multiple of T = ", T);
-  const int64_t B = p.qkv.size(0) / T, conv_dim = p.qkv.size(1);
+  StepGeometry geo;
+  HYLA_RETURN_IF_ERROR(check_step_geometry(op, p.tokens_per_seq, p.state_pool, p.qkv, &geo));
+  const auto [T, B, num_slots, HV, d_v, d_k, conv_dim] = geo;
   const int64_t qk_dims = conv_dim - HV * d_v;
   if (d_k <= 0 || qk_dims <= 0 || qk_dims % (2 * d_k) != 0 || HV % (qk_dims / (2 * d_k)) != 0)
     return invalid_argument(op, ": qkv has ", conv_dim, " channels; with HV = ", HV,
@@ -112,17 +129,9 @@ Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
 
 Status check_gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p) {
   constexpr std::string_view op = "gated_delta_rule_commit";
-  const int64_t T = p.tokens_per_seq;
-  if (T < 1 || T > kMaxDecodeTokens)
-    return invalid_argument(op, ": tokens_per_seq is ", T, ", expected 1 to ", kMaxDecodeTokens);
-  HYLA_RETURN_IF_ERROR(check_shape(op, "state_pool", p.state_pool,
-                                   {kAnyDim, kAnyDim, kAnyDim, kAnyDim}, "slots, HV, d_v, d_k"));
-  const int64_t num_slots = p.state_pool.size(0), HV = p.state_pool.size(1),
-                d_v = p.state_pool.size(2), d_k = p.state_pool.size(3);
-  HYLA_RETURN_IF_ERROR(check_shape(op, "qkv", p.qkv, {kAnyDim, kAnyDim}, "B T, conv_dim"));
-  if (p.qkv.size(0) % T != 0)
-    return invalid_argument(op, ": qkv has ", p.qkv.size(0), " rows, not a multiple of T = ", T);
-  const int64_t B = p.qkv.size(0) / T, conv_dim = p.qkv.size(1);
+  StepGeometry geo;
+  HYLA_RETURN_IF_ERROR(check_step_geometry(op, p.tokens_per_seq, p.state_pool, p.qkv, &geo));
+  const auto [T, B, num_slots, HV, d_v, d_k, conv_dim] = geo;
   HYLA_RETURN_IF_ERROR(check_shape(op, "conv_state", p.conv_state, {num_slots, conv_dim, kAnyDim},
                                    "slots, conv_dim, K-1"));
   HYLA_RETURN_IF_ERROR(
