@@ -1,0 +1,113 @@
+// plan_memory (see memory_plan.h): the budget split and the limits it implies.
+#include "runtime/memory/memory_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+
+namespace hyla::runtime {
+
+std::string format_bytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024 && bytes > -1024) return str_cat(bytes, " B");
+  double value = double(bytes) / 1024.0;
+  size_t unit = 0;
+  while (std::fabs(value) >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f %s", value, kUnits[unit]);
+  return text;
+}
+
+namespace {
+
+std::string limit_string(int64_t n) {
+  return n == kNoLimit ? std::string("unlimited") : str_cat(n);
+}
+
+}  // namespace
+
+std::string MemoryPlan::summary() const {
+  std::string s = str_cat(model_type, ": ", format_bytes(budget_bytes), " budget");
+  if (state_slots > 0 && kv_pages > 0) s += str_cat(" (state:KV ratio ", state_ratio, ")");
+  s += ": ";
+  if (state_slots > 0)
+    s += str_cat(state_slots, " state slots x ", format_bytes(bytes_per_slot), " = ",
+                 format_bytes(state_bytes()), "; ");
+  else
+    s += "no state pool (no linear layer); ";
+  if (kv_pages > 0)
+    s += str_cat(kv_pages, " KV pages x ", page_size, " tokens x ",
+                 format_bytes(bytes_per_kv_token), "/token = ", format_bytes(kv_bytes()), "; ");
+  else
+    s += "no KV pool (no attention layer); ";
+  s += str_cat("at most ", limit_string(max_running_requests), " running requests; at most ",
+               limit_string(max_context_tokens), " context tokens for one request (",
+               format_bytes(budget_bytes - state_bytes() - kv_bytes()), " unused).");
+  return s;
+}
+
+Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_bytes,
+                               double state_ratio, const MemoryPlanOptions& options) {
+  if (budget_bytes <= 0)
+    return invalid_argument("plan_memory: budget is ", budget_bytes, " bytes, expected > 0");
+  if (!std::isfinite(state_ratio) || state_ratio < 0)
+    return invalid_argument("plan_memory: state_ratio is ", state_ratio,
+                            ", expected a finite ratio >= 0 (state bytes : KV bytes)");
+  if (options.kv.page_size < 1)
+    return invalid_argument("plan_memory: page_size is ", options.kv.page_size, ", expected >= 1");
+
+  const bool has_linear = std::any_of(config.mixers.begin(), config.mixers.end(),
+                                      [](model::MixerKind k) { return model::is_linear_mixer(k); });
+  const bool has_attention = std::any_of(config.mixers.begin(), config.mixers.end(),
+                                         [](auto k) { return !model::is_linear_mixer(k); });
+  if (!has_linear && !has_attention)
+    return invalid_argument("plan_memory: ", config.model_type, " has no layers");
+
+  MemoryPlan plan;
+  plan.model_type = config.model_type;
+  plan.budget_bytes = budget_bytes;
+  plan.state_ratio = state_ratio;
+  plan.page_size = options.kv.page_size;
+  plan.bytes_per_slot = has_linear ? StatePool::bytes_per_slot(config, options.state) : 0;
+  plan.bytes_per_kv_token = has_attention ? KvPagePool::bytes_per_token(config, options.kv) : 0;
+
+  if (has_linear) {
+    const int64_t state_budget =
+        has_attention
+            ? int64_t(std::floor(double(budget_bytes) * state_ratio / (1.0 + state_ratio)))
+            : budget_bytes;
+    // Pools hand out int32 ids.
+    plan.state_slots =
+        std::min<int64_t>(state_budget / plan.bytes_per_slot, std::numeric_limits<int32_t>::max());
+    if (plan.state_slots == 0)
+      return Status(
+          ErrorCode::kOutOfMemory,
+          str_cat("plan_memory: budget ", format_bytes(budget_bytes),
+                  " holds no state slot: one slot needs ", format_bytes(plan.bytes_per_slot), " (",
+                  config.model_type, "; the state share is ", format_bytes(state_budget),
+                  has_attention ? str_cat(" at state_ratio ", state_ratio) : "", ")"));
+  }
+  if (has_attention) {
+    // The KV pool gets the rest, including what the whole slots left over.
+    const int64_t kv_budget = budget_bytes - plan.state_bytes();
+    const int64_t page_bytes = plan.bytes_per_kv_token * plan.page_size;
+    plan.kv_pages = std::min<int64_t>(kv_budget / page_bytes, std::numeric_limits<int32_t>::max());
+    if (plan.kv_pages == 0)
+      return Status(ErrorCode::kOutOfMemory,
+                    str_cat("plan_memory: budget ", format_bytes(budget_bytes),
+                            " holds no KV page: one page of ", plan.page_size, " tokens needs ",
+                            format_bytes(page_bytes), " (", config.model_type, "; the KV share is ",
+                            format_bytes(kv_budget), ")"));
+  }
+
+  plan.max_running_requests =
+      std::min(has_linear ? plan.state_slots : kNoLimit, has_attention ? plan.kv_pages : kNoLimit);
+  plan.max_context_tokens = has_attention ? plan.kv_pages * plan.page_size : kNoLimit;
+  return plan;
+}
+
+}  // namespace hyla::runtime

@@ -1,0 +1,82 @@
+// Token sampling: one row of logits -> one token id, as Hugging Face's generate() does it
+// (transformers GenerationMixin: greedy when do_sample is off, else TemperatureLogitsWarper ->
+// TopKLogitsWarper -> TopPLogitsWarper -> softmax -> multinomial).
+//   greedy (temperature == 0): argmax, ties -> lowest id; top_k / top_p are ignored
+//   sampling: z = logits / temperature; keep the top_k best (ties -> lower id); keep the nucleus
+//     (smallest prefix, best first, whose probability sums to >= top_p; at least one token);
+//     renormalise; draw one token with a uniform u in [0, 1)
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+
+namespace hyla::runtime {
+
+/// How one request picks its tokens. validate() before constructing a Sampler.
+struct SamplingParams {
+  float temperature = 0.0f;  ///< >= 0, finite; 0 = greedy
+  int64_t top_k = 0;         ///< in [0, vocab]; 0 = off
+  float top_p = 1.0f;        ///< in (0, 1]; 1 = off
+  uint64_t seed = 0;         ///< seeds the draws; the same seed and logits give the same tokens
+  std::vector<int32_t> stop_token_ids{};  ///< each in [0, vocab); generating one ends the request
+  int64_t max_new_tokens = 16;            ///< >= 1
+};
+
+/// Checks `params` against a vocabulary of `vocab_size` tokens; the message names the field, the
+/// value and the allowed range.
+Status validate(const SamplingParams& params, int64_t vocab_size);
+
+/// Picks tokens for one request, one row of logits at a time.
+///
+/// Logits: -inf is a token with probability 0; NaN is treated as -inf (a NaN row is a model bug,
+/// and sample() cannot return a Status, so it degrades rather than aborts: NaN tokens are never
+/// picked); +inf tokens share all the probability equally. A row in which every logit is -inf or
+/// NaN gives token 0, as greedy's lowest-id tie rule does.
+///
+/// Top-k keeps exactly top_k tokens, breaking ties at the k-th value by lower id (HF keeps every
+/// token tied with the k-th), so top_k = 1 and a tiny top_p are exactly greedy, ties included.
+///
+/// Reproducibility: the draws come from std::mt19937_64 seeded with `seed`, whose output sequence
+/// the C++ standard fixes; the uniform is the top 53 bits of one 64-bit output times 2^-53 (not
+/// std::uniform_real_distribution, whose algorithm is implementation-defined). Every sampling
+/// call (temperature > 0) consumes exactly one output, greedy calls none, so the n-th sampled
+/// token depends only on the seed, n and its logits. The softmax is computed in double with
+/// candidates in a total order (logit descending, id ascending), so the result does not depend on
+/// the standard library's sort either; the same seed and logits give the same tokens on every
+/// platform, unless two libm exp() results differ in the last bit and the draw falls within that
+/// difference of a boundary (about 1e-16 per draw).
+///
+/// Cost per call over V logits: O(V) greedy or unfiltered; O(V + k log k) with top_k; with top_p
+/// alone, O(V) when the nucleus is small (it sorts only as far as the nucleus reaches), O(V log V)
+/// at worst. The candidate scratch is kept between calls, so steady-state calls do not allocate.
+class Sampler {
+ public:
+  /// `params` must satisfy validate() (checked here as far as it can be without the vocabulary).
+  explicit Sampler(const SamplingParams& params);
+
+  /// The next token for one row of logits [vocab] f32. A top_k above the row's size keeps all.
+  int32_t sample(std::span<const float> logits);
+  /// Whether `token` is one of the stop tokens.
+  bool is_stop(int32_t token) const;
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  /// A token that may still be drawn: its logit (NaN cleaned to -inf, which is then dropped) and
+  /// its unnormalised probability exp((logit - max) / temperature).
+  struct Candidate {
+    float logit;
+    int32_t token;
+    double weight;
+  };
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> candidates_;  // reused scratch: one entry per finite token
+};
+
+}  // namespace hyla::runtime
