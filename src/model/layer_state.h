@@ -16,6 +16,16 @@ struct LayerState {
   Tensor v_cache;  ///< attention: [capacity, HKV, d_v] f32
 };
 
+/// Where the linear layers' recurrent memory is for one forward call: pools of slots and, per
+/// sequence, its slot and its new tokens.
+struct LinearMemory {
+  TensorView conv_pool;   ///< [slots, conv_dim, K-1] conv windows (f32 | bf16)
+  TensorView ssm_pool;    ///< [slots, HV, d_v, d_k] SSM states (f32 | bf16)
+  TensorView slots;       ///< [B] i32, host: each sequence's slot
+  TensorView cu_seqlens;  ///< [B+1] i32, host: sequence b is tokens [cu[b], cu[b+1])
+  bool decode = false;    ///< every sequence has exactly one new token (decode kernels)
+};
+
 /// Everything one sequence carries between forward calls.
 struct SequenceState {
   int64_t length = 0;    ///< tokens consumed so far

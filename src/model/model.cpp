@@ -53,24 +53,133 @@ SequenceState Model::new_sequence(int64_t capacity) const {
 
 Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& state,
                               ForwardTrace* trace) const {
-  const ModelConfig& c = config_;
-  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, L = c.num_layers;
-  if (T == 0) return invalid_argument("forward: no tokens");
-  if (int64_t(state.layers.size()) != L)
+  const int64_t T = int64_t(tokens.size());
+  if (int64_t(state.layers.size()) != config_.num_layers)
     return invalid_argument("forward: the sequence state has ", state.layers.size(),
-                            " layers, the model ", L, " (use Model::new_sequence)");
+                            " layers, the model ", config_.num_layers,
+                            " (use Model::new_sequence)");
   if (state.length + T > state.capacity)
     return out_of_range("forward: ", state.length, " + ", T,
                         " tokens exceed the sequence capacity ", state.capacity);
-  for (int64_t t = 0; t < T; ++t)
-    if (tokens[size_t(t)] < 0 || tokens[size_t(t)] >= c.vocab_size)
-      return out_of_range("forward: token ", t, " is ", tokens[size_t(t)], ", outside [0, ",
-                          c.vocab_size, ")");
+  // The sequence's own memory as pools: one state slot (0) and one KV page of `capacity` rows.
+  Batch batch;
+  batch.tokens.assign(tokens.begin(), tokens.end());
+  batch.cu_seqlens = {0, int32_t(T)};
+  batch.past = {state.length};
+  batch.state_slots = {0};
+  batch.page_tables = {{0}};
+  batch.logits_all = true;
+  BatchMemory memory;
+  memory.page_size = state.capacity;
+  const size_t L = size_t(config_.num_layers);
+  memory.conv_state.resize(L);
+  memory.ssm_state.resize(L);
+  memory.k_pages.resize(L);
+  memory.v_pages.resize(L);
+  for (size_t i = 0; i < L; ++i) {
+    const LayerState& ls = state.layers[i];
+    memory.conv_state[i] = ls.conv_state;
+    memory.ssm_state[i] = ls.ssm_state;
+    auto as_page = [&](const Tensor& cache) {
+      return cache.defined()
+                 ? cache.view().reshape({1, cache.size(0), cache.size(1), cache.size(2)})
+                 : TensorView();
+    };
+    memory.k_pages[i] = as_page(ls.k_cache);
+    memory.v_pages[i] = as_page(ls.v_cache);
+  }
+  Result<Tensor> logits = forward_batch(batch, memory, trace);
+  if (logits.ok()) state.length += T;
+  return logits;
+}
+
+namespace {
+
+/// Rows [begin, end) of one sequence's paged cache <-> a contiguous f32 cache [rows, H, d].
+/// pages: [num_pages, page_size, H, d] f32 | bf16; row r is in page table[r / page_size].
+void copy_rows_from_pages(const TensorView& pages, const std::vector<int32_t>& table, int64_t begin,
+                          int64_t end, const Tensor& dst) {
+  const int64_t page = pages.size(1), width = pages.size(2) * pages.size(3);
+  float* out = dst.data<float>();
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t offset = (int64_t(table[size_t(r / page)]) * page + r % page) * width;
+    if (pages.dtype() == DType::kF32) {
+      std::memcpy(out + r * width, pages.data<float>() + offset, size_t(width) * sizeof(float));
+    } else {
+      const bf16* src = pages.data<bf16>() + offset;
+      for (int64_t i = 0; i < width; ++i) out[r * width + i] = bf16_to_f32(src[i]);
+    }
+  }
+}
+
+void copy_rows_to_pages(const Tensor& src, int64_t begin, int64_t end, const TensorView& pages,
+                        const std::vector<int32_t>& table) {
+  const int64_t page = pages.size(1), width = pages.size(2) * pages.size(3);
+  const float* in = src.data<float>();
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t offset = (int64_t(table[size_t(r / page)]) * page + r % page) * width;
+    if (pages.dtype() == DType::kF32) {
+      std::memcpy(pages.data<float>() + offset, in + r * width, size_t(width) * sizeof(float));
+    } else {
+      bf16* dst = pages.data<bf16>() + offset;
+      for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_bf16(in[r * width + i]);
+    }
+  }
+}
+
+Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
+  const int64_t B = batch.num_sequences();
+  if (B < 1) return invalid_argument("forward_batch: no sequences");
+  if (batch.cu_seqlens.front() != 0 || batch.cu_seqlens.back() != int32_t(batch.tokens.size()))
+    return invalid_argument("forward_batch: cu_seqlens must run from 0 to the ",
+                            batch.tokens.size(), " tokens");
+  if (int64_t(batch.past.size()) != B || int64_t(batch.state_slots.size()) != B ||
+      int64_t(batch.page_tables.size()) != B)
+    return invalid_argument("forward_batch: past, state_slots and page_tables need ", B,
+                            " entries (one per sequence)");
+  const size_t L = size_t(c.num_layers);
+  if (memory.conv_state.size() != L || memory.ssm_state.size() != L || memory.k_pages.size() != L ||
+      memory.v_pages.size() != L)
+    return invalid_argument("forward_batch: the batch memory must list ", L, " layers");
+  bool any_attention = false;
+  for (MixerKind k : c.mixers) any_attention |= !is_linear_mixer(k);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = batch.cu_seqlens[size_t(b + 1)] - batch.cu_seqlens[size_t(b)];
+    if (n < 1) return invalid_argument("forward_batch: sequence ", b, " has no new tokens");
+    if (batch.past[size_t(b)] < 0)
+      return invalid_argument("forward_batch: past[", b, "] is ", batch.past[size_t(b)]);
+    if (any_attention &&
+        (memory.page_size < 1 || int64_t(batch.page_tables[size_t(b)].size()) * memory.page_size <
+                                     batch.past[size_t(b)] + n))
+      return out_of_range("forward_batch: sequence ", b, " has ",
+                          batch.page_tables[size_t(b)].size(), " pages of ", memory.page_size,
+                          " tokens for ", batch.past[size_t(b)] + n, " tokens");
+  }
+  for (int64_t t = 0; t < int64_t(batch.tokens.size()); ++t)
+    if (batch.tokens[size_t(t)] < 0 || batch.tokens[size_t(t)] >= c.vocab_size)
+      return out_of_range("forward_batch: token ", t, " is ", batch.tokens[size_t(t)],
+                          ", outside [0, ", c.vocab_size, ")");
+  return ok_status();
+}
+
+}  // namespace
+
+Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memory,
+                                    ForwardTrace* trace) const {
+  const ModelConfig& c = config_;
+  HYLA_RETURN_IF_ERROR(check_batch(batch, memory, c));
+  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers,
+                B = batch.num_sequences();
+  const std::vector<int32_t>& cu = batch.cu_seqlens;
+  Tensor cu_tensor = Tensor::empty({B + 1}, DType::kI32);
+  std::copy(cu.begin(), cu.end(), cu_tensor.data<int32_t>());
+  Tensor slots = Tensor::empty({B}, DType::kI32);
+  std::copy(batch.state_slots.begin(), batch.state_slots.end(), slots.data<int32_t>());
 
   // h = embed(tokens)
   Tensor h = Tensor::empty({T, H}, DType::kF32);
   for (int64_t t = 0; t < T; ++t)
-    std::memcpy(h.data<float>() + t * H, embedding_.data<float>() + tokens[size_t(t)] * H,
+    std::memcpy(h.data<float>() + t * H, embedding_.data<float>() + batch.tokens[size_t(t)] * H,
                 size_t(H) * sizeof(float));
   if (trace) {
     *trace = ForwardTrace{};
@@ -81,24 +190,41 @@ Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& st
   Tensor branch = Tensor::empty({T, H}, DType::kF32);
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer& layer = layers_[size_t(i)];
-    LayerState& ls = state.layers[size_t(i)];
+    const MixerKind kind = c.mixers[size_t(i)];
     // h += mixer(norm(h))
     HYLA_RETURN_IF_ERROR(norm(h, layer.input_norm, c, normed));
-    switch (c.mixers[size_t(i)]) {
-      case MixerKind::kGatedDeltaNet:
-        HYLA_RETURN_IF_ERROR(gdn_forward(layer.gdn, c, normed, ls, branch));
-        break;
-      case MixerKind::kKimiDelta:
-        HYLA_RETURN_IF_ERROR(kda_forward(layer.kda, c, normed, ls, branch));
-        break;
-      case MixerKind::kFullAttention:
+    if (is_linear_mixer(kind)) {
+      const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
+                                .ssm_pool = memory.ssm_state[size_t(i)],
+                                .slots = slots,
+                                .cu_seqlens = cu_tensor,
+                                .decode = batch.is_decode()};
+      HYLA_RETURN_IF_ERROR(kind == MixerKind::kGatedDeltaNet
+                               ? gdn_forward(layer.gdn, c, normed, linear, branch)
+                               : kda_forward(layer.kda, c, normed, linear, branch));
+    } else {
+      // Attention reads each sequence's pages as one contiguous cache and writes back the new rows.
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t past = batch.past[size_t(b)], n = cu[size_t(b + 1)] - cu[size_t(b)];
+        const std::vector<int32_t>& table = batch.page_tables[size_t(b)];
+        const TensorView& k_pages = memory.k_pages[size_t(i)];
+        const TensorView& v_pages = memory.v_pages[size_t(i)];
+        LayerState cache;
+        cache.k_cache = Tensor::empty({past + n, k_pages.size(2), k_pages.size(3)}, DType::kF32);
+        copy_rows_from_pages(k_pages, table, 0, past, cache.k_cache);
+        if (v_pages.defined()) {
+          cache.v_cache = Tensor::empty({past + n, v_pages.size(2), v_pages.size(3)}, DType::kF32);
+          copy_rows_from_pages(v_pages, table, 0, past, cache.v_cache);
+        }
+        const TensorView x_b = normed.view().slice(cu[size_t(b)], cu[size_t(b + 1)]);
+        const TensorView out_b = branch.view().slice(cu[size_t(b)], cu[size_t(b + 1)]);
         HYLA_RETURN_IF_ERROR(
-            attention_forward(layer.attention, c, normed, state.length, ls, branch));
-        break;
-      case MixerKind::kLatentAttention:
-        HYLA_RETURN_IF_ERROR(
-            latent_attention_forward(layer.latent, c, normed, state.length, ls, branch));
-        break;
+            kind == MixerKind::kFullAttention
+                ? attention_forward(layer.attention, c, x_b, past, cache, out_b)
+                : latent_attention_forward(layer.latent, c, x_b, past, cache, out_b));
+        copy_rows_to_pages(cache.k_cache, past, past + n, k_pages, table);
+        if (v_pages.defined()) copy_rows_to_pages(cache.v_cache, past, past + n, v_pages, table);
+      }
     }
     if (trace) trace->mixer_out.push_back(branch.clone());
     add_in_place(h, branch);
@@ -121,13 +247,27 @@ Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& st
   }
   if (trace) trace->last_layer_out = h.clone();
 
-  // logits = lm_head(norm(h))
-  HYLA_RETURN_IF_ERROR(norm(h, final_norm_, c, normed));
-  if (trace) trace->hidden_states.push_back(normed.clone());
-  Tensor logits = Tensor::empty({T, c.vocab_size}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(kernels::linear({.x = normed, .weight = lm_head_, .bias = {}, .y = logits}));
-  state.length += T;
+  // logits = lm_head(norm(h)) for every token, or each sequence's last one.
+  Tensor last = h;
+  if (!batch.logits_all) {
+    last = Tensor::empty({B, H}, DType::kF32);
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(last.data<float>() + b * H, h.data<float>() + (cu[size_t(b + 1)] - 1) * H,
+                  size_t(H) * sizeof(float));
+  }
+  Tensor final_normed = Tensor::empty({last.size(0), H}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(norm(last, final_norm_, c, final_normed));
+  if (trace) trace->hidden_states.push_back(final_normed.clone());
+  Tensor logits = Tensor::empty({last.size(0), c.vocab_size}, DType::kF32);
+  HYLA_RETURN_IF_ERROR(
+      kernels::linear({.x = final_normed, .weight = lm_head_, .bias = {}, .y = logits}));
   return logits;
+}
+
+bool Batch::is_decode() const {
+  for (size_t b = 0; b + 1 < cu_seqlens.size(); ++b)
+    if (cu_seqlens[b + 1] - cu_seqlens[b] != 1) return false;
+  return true;
 }
 
 Result<std::vector<int32_t>> greedy_generate(const Model& model, std::span<const int32_t> prompt,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/layer_state.h"
 #include "model/layers/attention.h"
@@ -54,6 +55,13 @@ class Model {
   /// returns logits [T, vocab] f32. Errors: token ids out of range, capacity exceeded.
   Result<Tensor> forward(std::span<const int32_t> tokens, SequenceState& state,
                          ForwardTrace* trace = nullptr) const;
+
+  /// One step of several sequences over pooled memory (the runtime's pools): returns logits
+  /// [B, vocab] of each sequence's last new token ([T, vocab] with batch.logits_all). Linear layers
+  /// run their decode kernels when every sequence has one token, the prefill ones otherwise;
+  /// attention layers read and extend each sequence's KV pages.
+  Result<Tensor> forward_batch(const Batch& batch, const BatchMemory& memory,
+                               ForwardTrace* trace = nullptr) const;
 
  private:
   ModelConfig config_;

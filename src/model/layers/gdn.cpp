@@ -37,7 +37,7 @@ LayerState gdn_new_state(const ModelConfig& config) {
 }
 
 Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorView& x,
-                   LayerState& state, const TensorView& out) {
+                   const LinearMemory& memory, const TensorView& out) {
   const GdnLayout l = layout_of(config);
   const int64_t T = x.size(0);
 
@@ -48,7 +48,7 @@ Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorV
   // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
   Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32);
   const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
-  HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, state, mixed));
+  HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, memory, mixed));
   const TensorView q = mixed.view().narrow(1, 0, l.qk()).unflatten_last(l.H, l.d_k);
   const TensorView k = mixed.view().narrow(1, l.qk(), l.qk()).unflatten_last(l.H, l.d_k);
   const TensorView v = mixed.view().narrow(1, 2 * l.qk(), l.value()).unflatten_last(l.HV, l.d_v);
@@ -63,9 +63,9 @@ Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorV
                                           .g = g,
                                           .beta = beta}));
 
-  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to slot 0
+  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to each slot
   Tensor o = Tensor::empty({T, l.HV, l.d_v}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, state, o));
+  HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, memory, o));
 
   // out = (norm_w * rmsnorm(o) * silu(z)) W_out^T
   const TensorView z = proj.view().narrow(1, l.z(), l.value()).unflatten_last(l.HV, l.d_v);

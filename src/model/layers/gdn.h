@@ -27,8 +27,8 @@ struct GdnWeights {
 /// Fresh state: conv [1, conv_dim, K-1] and SSM [1, HV, d_v, d_k], zeros.
 LayerState gdn_new_state(const ModelConfig& config);
 
-/// x: [T, hidden] f32 (already normed), the tokens after state's history; out: [T, hidden] f32.
+/// x: [T, hidden] f32 (already normed), the new tokens of memory's sequences; out: [T, hidden] f32.
 Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorView& x,
-                   LayerState& state, const TensorView& out);
+                   const LinearMemory& memory, const TensorView& out);
 
 }  // namespace hyla::model

@@ -43,7 +43,7 @@ LayerState kda_new_state(const ModelConfig& config) {
 }
 
 Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorView& x,
-                   LayerState& state, const TensorView& out) {
+                   const LinearMemory& memory, const TensorView& out) {
   const KdaLayout l = layout_of(config);
   const int64_t T = x.size(0);
 
@@ -54,7 +54,7 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
   // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
   Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32);
   const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
-  HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, state, mixed));
+  HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, memory, mixed));
   const TensorView q = mixed.view().narrow(1, 0, l.P()).unflatten_last(l.H, l.d);
   const TensorView k = mixed.view().narrow(1, l.P(), l.P()).unflatten_last(l.H, l.d);
   const TensorView v = mixed.view().narrow(1, 2 * l.P(), l.P()).unflatten_last(l.H, l.d);
@@ -77,9 +77,9 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
                                           .b = fa_b.view().narrow(1, l.b(), l.H),
                                           .beta = beta}));
 
-  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to slot 0
+  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to each slot
   Tensor o = Tensor::empty({T, l.H, l.d}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, state, o));
+  HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, memory, o));
 
   // gate = x W_g^T (full rank, from the fused projection) or (x W_ga^T) W_gb^T (low rank)
   Tensor low_rank_gate;

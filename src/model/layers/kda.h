@@ -29,8 +29,8 @@ struct KdaWeights {
 
 LayerState kda_new_state(const ModelConfig& config);
 
-/// x: [T, hidden] f32 (already normed); out: [T, hidden] f32.
+/// x: [T, hidden] f32 (already normed), the new tokens of memory's sequences; out: [T, hidden] f32.
 Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorView& x,
-                   LayerState& state, const TensorView& out);
+                   const LinearMemory& memory, const TensorView& out);
 
 }  // namespace hyla::model

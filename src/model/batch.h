@@ -1,0 +1,40 @@
+// The Batch: the one interface between the runtime (scheduler, pools) and the model. Several
+// sequences, each with some new tokens (a prefill chunk, or one decode token) after `past` tokens
+// it already has in its state slot and KV pages. The model reads and writes only the pool rows
+// the batch names.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hyla::model {
+
+struct Batch {
+  std::vector<int32_t> tokens;       ///< [T] new tokens, packed sequence by sequence
+  std::vector<int32_t> cu_seqlens;   ///< [B+1] sequence b is tokens [cu[b], cu[b+1]), each >= 1
+  std::vector<int64_t> past;         ///< [B] tokens the sequence already has (its position offset)
+  std::vector<int32_t> state_slots;  ///< [B] slot in every linear layer's state pools
+  /// [B] KV pages of the sequence in order; they cover past + new tokens (page_size each).
+  std::vector<std::vector<int32_t>> page_tables;
+  /// false: logits of each sequence's last new token only ([B, vocab]); true: of every token.
+  bool logits_all = false;
+
+  int64_t num_sequences() const { return int64_t(cu_seqlens.size()) - 1; }
+  /// Every sequence has exactly one new token: linear layers take the decode path.
+  bool is_decode() const;
+};
+
+/// Views of the pools the batch indexes, per global layer id (undefined where a layer has none).
+struct BatchMemory {
+  std::vector<TensorView> conv_state;  ///< linear layers: [slots, conv_dim, K-1]
+  std::vector<TensorView> ssm_state;   ///< linear layers: [slots, HV, d_v, d_k]
+  /// Full attention: k and v pages [pages, page_size, HKV, head_dim].
+  /// MLA: k_pages holds the latent [pages, page_size, 1, kv_lora_rank + rope]; v_pages undefined.
+  std::vector<TensorView> k_pages;
+  std::vector<TensorView> v_pages;
+  int64_t page_size = 0;
+};
+
+}  // namespace hyla::model
