@@ -1,10 +1,11 @@
 // The `hyla` command. Subcommands: selfcheck (CPU check + short benchmark of the delta-rule core),
-// inspect (a checkpoint's tensors per layer and role).
-// Later issues add generate, serve, bench and inspect.
+// inspect (a checkpoint's tensors per layer and role), generate (token ids in, generated ids out,
+// through the runtime engine). Later issues add serve and bench.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
 
@@ -26,7 +27,30 @@ int main(int argc, char** argv) {
       "inspect", "per-layer tensors of a model: roles, shapes, dtypes, parameter counts");
   inspect->add_option("path", inspect_path, "checkpoint folder or config.json")->required();
 
+  hyla::cli::GenerateOptions generate;
+  CLI::App* gen = app.add_subcommand(
+      "generate", "generate token ids for one or more prompts of token ids, batched");
+  gen->add_option("--model", generate.model_dir, "checkpoint folder (config.json + safetensors)")
+      ->required();
+  gen->add_option("--prompt-ids", generate.prompt_ids,
+                  "a prompt as token ids, e.g. \"1 2 3\"; repeat for more prompts")
+      ->required()
+      ->allow_extra_args(false);
+  gen->add_option("--max-new-tokens", generate.max_new_tokens, "tokens to generate per prompt")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  gen->add_option("--temperature", generate.temperature, "0 = greedy")
+      ->check(CLI::Range(0.0f, 100.0f));
+  gen->add_option("--top-k", generate.top_k, "keep the k best tokens (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", generate.top_p, "nucleus mass (1 = off)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  gen->add_option("--seed", generate.seed, "seed of the sampling draws");
+  gen->add_option("--budget-mib", generate.budget_mib, "memory for state slots + KV pages")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  gen->add_flag("--json", generate.json, "print one JSON object instead of lines of ids");
+
   CLI11_PARSE(app, argc, argv);
+  if (gen->parsed()) return hyla::cli::run_generate(generate);
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);
   std::printf("%s", app.help().c_str());

@@ -1,0 +1,317 @@
+// Engine (see engine.h): FCFS continuous batching with C-aligned chunked prefill over the state
+// slot and KV page pools; one model::Batch per step, sampled with each request's Sampler.
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hyla::runtime {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStopToken: return "stop_token";
+    case FinishReason::kMaxTokens: return "max_tokens";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+Engine::Engine(const model::Model& model, EngineOptions options)
+    : model_(model), options_(options) {}
+
+Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, EngineOptions options) {
+  if (options.max_batch_tokens < kPrefillAlign)
+    return invalid_argument("Engine: max_batch_tokens is ", options.max_batch_tokens,
+                            ", expected >= ", kPrefillAlign,
+                            " (prefill chunks end on multiples of ", kPrefillAlign, " tokens)");
+  if (options.max_running < 1)
+    return invalid_argument("Engine: max_running is ", options.max_running, ", expected >= 1");
+  std::unique_ptr<Engine> engine(new Engine(model, options));
+  HYLA_RETURN_IF_ERROR(engine->init_memory_plan());
+  HYLA_RETURN_IF_ERROR(engine->init_state_pool());
+  HYLA_RETURN_IF_ERROR(engine->init_kv_pool());
+  engine->init_batch_memory();
+  return engine;
+}
+
+namespace {
+
+MemoryPlanOptions memory_plan_options(const EngineOptions& options) {
+  MemoryPlanOptions m;
+  m.state.conv_dtype = options.conv_dtype;
+  m.state.ssm_dtype = options.state_dtype;
+  m.kv.page_size = options.page_size;
+  m.kv.dtype = options.kv_dtype;
+  return m;
+}
+
+}  // namespace
+
+Status Engine::init_memory_plan() {
+  HYLA_ASSIGN_OR_RETURN(plan_, plan_memory(model_.config(), options_.memory_budget_bytes,
+                                           options_.state_ratio, memory_plan_options(options_)));
+  return ok_status();
+}
+
+Status Engine::init_state_pool() {
+  if (plan_.state_slots == 0) return ok_status();
+  HYLA_ASSIGN_OR_RETURN(StatePool pool, StatePool::create(model_.config(), plan_.state_slots,
+                                                          memory_plan_options(options_).state));
+  states_.emplace(std::move(pool));
+  return ok_status();
+}
+
+Status Engine::init_kv_pool() {
+  if (plan_.kv_pages == 0) return ok_status();
+  HYLA_ASSIGN_OR_RETURN(KvPagePool pool, KvPagePool::create(model_.config(), plan_.kv_pages,
+                                                            memory_plan_options(options_).kv));
+  pages_.emplace(std::move(pool));
+  return ok_status();
+}
+
+// Per global layer: the pool views the model reads and writes (undefined for the other kind).
+void Engine::init_batch_memory() {
+  const int L = int(model_.config().num_layers);
+  memory_.conv_state.assign(size_t(L), TensorView());
+  memory_.ssm_state.assign(size_t(L), TensorView());
+  memory_.k_pages.assign(size_t(L), TensorView());
+  memory_.v_pages.assign(size_t(L), TensorView());
+  memory_.page_size = options_.page_size;
+  for (int layer = 0; layer < L; ++layer) {
+    if (states_ && states_->linear_index(layer) >= 0) {
+      memory_.conv_state[size_t(layer)] = states_->conv_state(states_->linear_index(layer));
+      memory_.ssm_state[size_t(layer)] = states_->ssm_state(states_->linear_index(layer));
+    }
+    if (pages_ && pages_->attention_index(layer) >= 0) {
+      memory_.k_pages[size_t(layer)] = pages_->k_cache(pages_->attention_index(layer));
+      memory_.v_pages[size_t(layer)] = pages_->v_cache(pages_->attention_index(layer));
+    }
+  }
+}
+
+int64_t Engine::pages_needed(const Request& r) const {
+  if (!pages_) return 0;
+  return pages_->pages_for_tokens(int64_t(r.prompt.size()) + r.sampler.params().max_new_tokens);
+}
+
+Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
+  const int64_t V = model_.config().vocab_size;
+  if (prompt.empty()) return invalid_argument("add_request: the prompt is empty");
+  for (size_t t = 0; t < prompt.size(); ++t)
+    if (prompt[t] < 0 || prompt[t] >= V)
+      return out_of_range("add_request: prompt token ", t, " is ", prompt[t], ", outside [0, ", V,
+                          ") (the vocabulary)");
+  HYLA_RETURN_IF_ERROR(validate(params, V));
+  const bool has_linear = std::any_of(model_.config().mixers.begin(), model_.config().mixers.end(),
+                                      [](model::MixerKind k) { return model::is_linear_mixer(k); });
+  if (has_linear && !states_)
+    return Status(
+        ErrorCode::kOutOfMemory,
+        str_cat("add_request: the memory plan has no state slot (", plan_.summary(), ")"));
+  const int64_t tokens = int64_t(prompt.size()) + params.max_new_tokens;
+  if (pages_ && pages_->pages_for_tokens(tokens) > pages_->capacity())
+    return Status(
+        ErrorCode::kOutOfMemory,
+        str_cat("add_request: prompt ", prompt.size(), " + max_new_tokens ", params.max_new_tokens,
+                " = ", tokens, " tokens need ", pages_->pages_for_tokens(tokens), " KV pages of ",
+                pages_->page_size(), " tokens, but the whole pool has ", pages_->capacity(),
+                " (at most ", pages_->capacity() * pages_->page_size(),
+                " tokens per request; raise --budget-mib or lower the state ratio)"));
+  const RequestId id = next_id_++;
+  requests_.emplace(id, Request(id, std::move(prompt), params));
+  return id;
+}
+
+bool Engine::can_admit(const Request& r) const {
+  if (states_ && states_->free_slots() < 1) return false;
+  return !pages_ || pages_->free_pages() >= pages_needed(r);
+}
+
+Status Engine::admit(Request& r) {
+  if (states_) {
+    HYLA_ASSIGN_OR_RETURN(r.slot, states_->allocate());
+    const Status zeroed = states_->zero(r.slot);
+    if (!zeroed.ok()) {
+      (void)states_->free(r.slot);
+      r.slot = -1;
+      return zeroed;
+    }
+  }
+  if (pages_) {
+    Result<std::vector<int32_t>> pages = pages_->allocate(pages_needed(r));
+    if (!pages.ok()) {
+      if (states_) (void)states_->free(r.slot);
+      r.slot = -1;
+      return pages.status();
+    }
+    r.pages = std::move(pages).value();
+  }
+  r.admitted = true;
+  return ok_status();
+}
+
+void Engine::release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
+                     std::string error) {
+  const auto it = requests_.find(id);
+  HYLA_CHECK(it != requests_.end(), "Engine::release: unknown request ", id);
+  Request& r = it->second;
+  // Freeing what this engine allocated cannot fail; a failure is an engine bug.
+  if (r.admitted && states_) {
+    const Status freed = states_->free(r.slot);
+    HYLA_CHECK(freed.ok(), freed.message());
+  }
+  if (r.admitted && pages_) {
+    const Status freed = pages_->free(r.pages);
+    HYLA_CHECK(freed.ok(), freed.message());
+  }
+  if (reason == FinishReason::kCancelled || reason == FinishReason::kError)
+    events.push_back(TokenEvent{
+        .request = id, .token = -1, .finished = true, .reason = reason, .error = std::move(error)});
+  requests_.erase(it);
+  ++totals_.finished;
+}
+
+Status Engine::cancel(RequestId id) {
+  if (requests_.find(id) == requests_.end())
+    return Status(
+        ErrorCode::kNotFound,
+        str_cat("cancel: request ", id, " is not waiting or running (unknown or finished)"));
+  release(id, FinishReason::kCancelled, pending_events_);
+  return ok_status();
+}
+
+// Decodes first (one token each), then prefill chunks in arrival order; see engine.h.
+std::vector<Engine::Scheduled> Engine::schedule() {
+  std::vector<Scheduled> scheduled;
+  int64_t step_tokens = 0, running = 0;
+  for (auto& [id, r] : requests_) {
+    if (!r.admitted) continue;
+    ++running;
+    if (!r.prompt_done()) continue;
+    scheduled.push_back(Scheduled{&r, r.processed, 1});
+    ++step_tokens;
+  }
+  for (auto& [id, r] : requests_) {
+    if (r.admitted && r.prompt_done()) continue;
+    if (!r.admitted && (running >= options_.max_running || !can_admit(r))) break;
+    const int64_t prompt_len = int64_t(r.prompt.size());
+    int64_t end = std::min(prompt_len, r.processed + options_.max_batch_tokens - step_tokens);
+    if (end < prompt_len) end = end / kPrefillAlign * kPrefillAlign;
+    if (end <= r.processed) break;  // no aligned chunk fits: it and those after it wait
+    if (!r.admitted) {
+      if (!admit(r).ok()) break;  // can_admit said yes; treat a refusal as "wait"
+      ++running;
+    }
+    scheduled.push_back(Scheduled{&r, r.processed, end - r.processed});
+    step_tokens += end - r.processed;
+  }
+  return scheduled;
+}
+
+model::Batch Engine::build_batch(const std::vector<Scheduled>& scheduled) const {
+  model::Batch batch;
+  batch.cu_seqlens.push_back(0);
+  for (const Scheduled& s : scheduled) {
+    const Request& r = *s.request;
+    const int64_t prompt_len = int64_t(r.prompt.size());
+    for (int64_t t = s.begin; t < s.begin + s.count; ++t)
+      batch.tokens.push_back(t < prompt_len ? r.prompt[size_t(t)]
+                                            : r.generated[size_t(t - prompt_len)]);
+    batch.cu_seqlens.push_back(int32_t(batch.tokens.size()));
+    batch.past.push_back(s.begin);
+    batch.state_slots.push_back(r.slot);
+    batch.page_tables.push_back(r.pages);
+  }
+  return batch;
+}
+
+std::vector<TokenEvent> Engine::step() {
+  std::vector<TokenEvent> events = std::move(pending_events_);
+  pending_events_.clear();
+  const std::vector<Scheduled> scheduled = schedule();
+  if (scheduled.empty()) return events;
+
+  const model::Batch batch = build_batch(scheduled);
+  Result<Tensor> logits = model_.forward_batch(batch, memory_);
+  ++totals_.steps;
+  totals_.last_step_tokens = int64_t(batch.tokens.size());
+  const int64_t V = model_.config().vocab_size, B = int64_t(scheduled.size());
+  if (logits.ok() && (logits->dtype() != DType::kF32 || logits->ndim() != 2 ||
+                      logits->size(0) != B || logits->size(1) != V))
+    logits = internal_error("Engine::step: forward_batch returned logits ",
+                            logits->view().shape_string(), " ", dtype_name(logits->dtype()),
+                            ", expected [", B, ", ", V, "] f32");
+  if (!logits.ok()) {
+    // The slots and pages of every sequence in the batch may be half written: fail them all.
+    for (const Scheduled& s : scheduled)
+      release(s.request->id, FinishReason::kError, events, logits.status().message());
+    return events;
+  }
+
+  for (int64_t b = 0; b < B; ++b) {
+    Request& r = *scheduled[size_t(b)].request;
+    const int64_t prompt_len = int64_t(r.prompt.size());
+    if (r.processed < prompt_len) totals_.prompt_tokens += scheduled[size_t(b)].count;
+    r.processed += scheduled[size_t(b)].count;
+    if (!r.prompt_done()) continue;  // mid-prompt chunk: nothing to sample
+
+    const float* row = logits->data<float>() + b * V;
+    const int32_t token = r.sampler.sample(std::span<const float>(row, size_t(V)));
+    r.generated.push_back(token);
+    ++totals_.tokens_generated;
+    FinishReason reason = FinishReason::kNone;
+    if (r.sampler.is_stop(token))
+      reason = FinishReason::kStopToken;
+    else if (int64_t(r.generated.size()) >= r.sampler.params().max_new_tokens)
+      reason = FinishReason::kMaxTokens;
+    events.push_back(TokenEvent{.request = r.id,
+                                .token = token,
+                                .finished = reason != FinishReason::kNone,
+                                .reason = reason,
+                                .error = {}});
+    if (reason != FinishReason::kNone) release(r.id, reason, events);
+  }
+  return events;
+}
+
+bool Engine::idle() const { return requests_.empty() && pending_events_.empty(); }
+
+EngineStats Engine::stats() const {
+  EngineStats s = totals_;
+  for (const auto& [id, r] : requests_) ++(r.admitted ? s.running : s.waiting);
+  s.free_slots = states_ ? states_->free_slots() : 0;
+  s.free_pages = pages_ ? pages_->free_pages() : 0;
+  return s;
+}
+
+Result<std::vector<std::vector<int32_t>>> generate(const model::Model& model,
+                                                   const std::vector<std::vector<int32_t>>& prompts,
+                                                   const SamplingParams& params,
+                                                   const EngineOptions& options) {
+  HYLA_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(model, options));
+  std::map<RequestId, size_t> index;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Result<RequestId> id = engine->add_request(prompts[i], params);
+    if (!id.ok())
+      return Status(id.status().code(), str_cat("prompt ", i, ": ", id.status().message()));
+    index[id.value()] = i;
+  }
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  while (!engine->idle()) {
+    const int64_t steps_before = engine->stats().steps;
+    const std::vector<TokenEvent> events = engine->step();
+    for (const TokenEvent& e : events) {
+      if (e.reason == FinishReason::kError)
+        return internal_error("generate: prompt ", index.at(e.request), " failed: ", e.error);
+      if (e.token >= 0) out[index.at(e.request)].push_back(e.token);
+    }
+    if (events.empty() && engine->stats().steps == steps_before)
+      return internal_error("generate: the engine made no progress (", engine->stats().waiting,
+                            " waiting, ", engine->stats().running, " running)");
+  }
+  return out;
+}
+
+}  // namespace hyla::runtime

@@ -1,0 +1,165 @@
+// Engine: continuous batching over the runtime pools, one step at a time (DESIGN.md §2, §6).
+// The pipeline and its types:
+//   request (prompt ids + SamplingParams) -> waiting queue (FCFS)
+//     -> admitted: one StatePool slot + KV pages for prompt + max_new_tokens, reserved up front
+//     -> each step: one model::Batch (decode tokens + C-aligned prefill chunks) over BatchMemory
+//     -> Model::forward_batch -> logits [B, vocab] -> Sampler -> TokenEvent per sampled token
+//     -> finished (stop token / max tokens / cancelled / error): slot and pages freed at once
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model/batch.h"
+#include "model/model.h"
+#include "runtime/memory/kv_page_pool.h"
+#include "runtime/memory/memory_plan.h"
+#include "runtime/memory/state_pool.h"
+#include "runtime/sampling.h"
+
+namespace hyla::runtime {
+
+/// Prefill chunks end on multiples of this many prompt tokens (the chunk delta rule's C), unless
+/// they end the prompt, so the state carried between chunks is the chunk kernel's boundary state.
+inline constexpr int64_t kPrefillAlign = 64;
+
+struct EngineOptions {
+  int64_t memory_budget_bytes = int64_t{256} << 20;  ///< state slots + KV pages, see plan_memory
+  double state_ratio = 0.9;                          ///< state bytes : KV bytes
+  int64_t page_size = 64;                            ///< tokens per KV page
+  /// New tokens per step (decodes + prefill chunks), >= kPrefillAlign. Every decode runs each
+  /// step; prefill chunks fill what is left.
+  int64_t max_batch_tokens = 512;
+  int64_t max_running = 64;         ///< admitted requests at once (also bounded by the state slots)
+  DType state_dtype = DType::kF32;  ///< SSM state: f32 | bf16
+  DType conv_dtype = DType::kBF16;  ///< conv state: f32 | bf16
+  DType kv_dtype = DType::kF32;     ///< KV pages: f32 | bf16
+};
+
+using RequestId = int64_t;
+
+enum class FinishReason {
+  kNone,       ///< not finished
+  kStopToken,  ///< generated one of SamplingParams::stop_token_ids (it is the last token)
+  kMaxTokens,  ///< generated max_new_tokens
+  kCancelled,  ///< Engine::cancel
+  kError,      ///< the step's forward failed; TokenEvent::error says why
+};
+const char* finish_reason_name(FinishReason reason);
+
+/// What one step did for one request: a sampled token, a finish, or both.
+struct TokenEvent {
+  RequestId request = -1;
+  int32_t token = -1;  ///< -1 when no token came with the event (cancel, error)
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;  ///< reason == kError: the model's message
+};
+
+struct EngineStats {
+  int64_t waiting = 0;   ///< added, not yet admitted
+  int64_t running = 0;   ///< admitted: hold a slot and pages (prefilling or decoding)
+  int64_t finished = 0;  ///< over the engine's life, cancelled and failed ones included
+  int64_t free_slots = 0;
+  int64_t free_pages = 0;
+  int64_t tokens_generated = 0;  ///< sampled tokens over the engine's life
+  int64_t prompt_tokens = 0;     ///< prefill tokens run over the engine's life
+  int64_t steps = 0;             ///< steps that ran a batch
+  int64_t last_step_tokens = 0;  ///< new tokens (decodes + prefill chunks) of the last batch
+};
+
+/// Owns the pools of one model and schedules requests over them, FCFS. Not thread-safe: one
+/// caller drives add_request / cancel / step.
+///
+/// A step: (1) every running request whose prompt is done gets one decode token; (2) prefills
+/// continue or start in arrival order while the step's new tokens stay <= max_batch_tokens. A chunk
+/// ends on a multiple of kPrefillAlign prompt tokens or at the prompt's end; one that cannot
+/// (too little room left) waits for the next step, and so do the requests after it (FCFS, no
+/// overtaking). Admitting a waiting request takes a free slot (zeroed) and the pages for
+/// prompt + max_new_tokens, so a running request never runs out. All sequences go in one Batch.
+class Engine {
+ public:
+  /// Plans memory (plan_memory) and builds the pools; prints nothing. Errors: options out of
+  /// range, a budget that holds no slot or page.
+  static Result<std::unique_ptr<Engine>> create(const model::Model& model,
+                                                EngineOptions options = {});
+
+  const MemoryPlan& plan() const { return plan_; }
+  const EngineOptions& options() const { return options_; }
+
+  /// Queues a request. Errors, at once and with nothing taken: an empty prompt, a token outside
+  /// the vocabulary, invalid sampling params, or a request that could never be admitted
+  /// (prompt + max_new_tokens needs more pages than the whole pool, or the plan has no slot).
+  Result<RequestId> add_request(std::vector<int32_t> prompt, SamplingParams params);
+  /// Ends a waiting or running request now and frees its slot and pages; the next step() reports
+  /// it (finished, kCancelled). Error: an unknown or already finished id.
+  Status cancel(RequestId id);
+  /// Runs one batch step and returns its events (empty when idle).
+  std::vector<TokenEvent> step();
+  /// No request waiting or running, and no event pending.
+  bool idle() const;
+  EngineStats stats() const;
+
+ private:
+  struct Request {
+    Request(RequestId id_, std::vector<int32_t> prompt_, const SamplingParams& params)
+        : id(id_), prompt(std::move(prompt_)), sampler(params) {}
+    RequestId id;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> generated;
+    Sampler sampler;
+    int32_t slot = -1;           ///< -1 while waiting (or for a model without linear layers)
+    std::vector<int32_t> pages;  ///< KV pages for prompt + max_new_tokens, in token order
+    int64_t processed = 0;       ///< tokens in the slot / pages (prompt and fed-back tokens)
+    bool admitted = false;
+    bool prompt_done() const { return processed >= int64_t(prompt.size()); }
+  };
+  /// One sequence of the step's batch.
+  struct Scheduled {
+    Request* request;
+    int64_t begin;  ///< first new token's position (== request->processed)
+    int64_t count;  ///< new tokens
+  };
+
+  Engine(const model::Model& model, EngineOptions options);
+  Status init_memory_plan();
+  Status init_state_pool();
+  Status init_kv_pool();
+  void init_batch_memory();
+
+  int64_t pages_needed(const Request& r) const;
+  bool can_admit(const Request& r) const;
+  Status admit(Request& r);
+  /// Frees the request's slot and pages and drops it.
+  void release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
+               std::string error = {});
+  std::vector<Scheduled> schedule();
+  model::Batch build_batch(const std::vector<Scheduled>& scheduled) const;
+
+  const model::Model& model_;
+  EngineOptions options_;
+  MemoryPlan plan_;
+  std::optional<StatePool> states_;  ///< absent for a model without linear layers
+  std::optional<KvPagePool> pages_;  ///< absent for a model without attention layers
+  model::BatchMemory memory_;
+  std::map<RequestId, Request> requests_;   ///< waiting and running, in arrival (id) order
+  std::vector<TokenEvent> pending_events_;  ///< cancels, reported by the next step
+  RequestId next_id_ = 0;
+  EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps
+};
+
+/// Runs `prompts` through one engine to completion: the generated ids of each prompt, in order.
+/// Errors: a refused request or a failed step (its message).
+Result<std::vector<std::vector<int32_t>>> generate(const model::Model& model,
+                                                   const std::vector<std::vector<int32_t>>& prompts,
+                                                   const SamplingParams& params,
+                                                   const EngineOptions& options = {});
+
+}  // namespace hyla::runtime
