@@ -15,6 +15,8 @@ packages=(
   libgmock-dev
   libbenchmark-dev       # CPU benchmarks (Google Benchmark)
   nlohmann-json3-dev     # JSON: safetensors headers, config.json (header-only)
+  libpcre2-dev           # tokenizer: pre-tokenizer regexes (optional in CMake: no tokenizer without)
+  libicu-dev             # tokenizer: NFC normalization (optional like PCRE2)
   libopenblas-openmp-dev # BLAS; the OpenMP build runs single-threaded inside parallel regions
   clang-format           # tools/format.sh (version 14 on Debian 12)
 )

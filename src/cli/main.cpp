@@ -1,6 +1,7 @@
 // The `hyla` command. Subcommands: selfcheck (CPU check + short benchmark of the delta-rule core),
 // inspect (a checkpoint's tensors per layer and role), generate (token ids in, generated ids out,
-// through the runtime engine). Later issues add serve and bench.
+// through the runtime engine), tokenize / detokenize (text <-> ids through a tokenizer.json; only
+// in builds with PCRE2). Later issues add serve and bench.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +9,9 @@
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
+#ifdef HYLA_WITH_PCRE2
+#include "cli/tokenize.h"
+#endif
 
 int main(int argc, char** argv) {
   CLI::App app{"Hyla: inference engine for hybrid linear-attention LLMs"};
@@ -49,7 +53,21 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   gen->add_flag("--json", generate.json, "print one JSON object instead of lines of ids");
 
+#ifdef HYLA_WITH_PCRE2
+  std::string tokenizer_path;
+  CLI::App* tok = app.add_subcommand(
+      "tokenize", "UTF-8 text on stdin -> the token ids as one JSON array on stdout");
+  tok->add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json")->required();
+  CLI::App* detok =
+      app.add_subcommand("detokenize", "a JSON array of token ids on stdin -> the text on stdout");
+  detok->add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json")->required();
+#endif
+
   CLI11_PARSE(app, argc, argv);
+#ifdef HYLA_WITH_PCRE2
+  if (tok->parsed()) return hyla::cli::run_tokenize(tokenizer_path);
+  if (detok->parsed()) return hyla::cli::run_detokenize(tokenizer_path);
+#endif
   if (gen->parsed()) return hyla::cli::run_generate(generate);
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);

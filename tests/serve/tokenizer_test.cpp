@@ -1,0 +1,334 @@
+// Tokenizer tests. Unit tests on a tiny hand-written tokenizer.json (merges, added tokens, the
+// byte-level alphabet's unusual bytes, invalid UTF-8, NFC, errors, streaming), then the reference
+// test: Qwen3's tokenizer.json against @huggingface/tokenizers (JS) on the Brown corpus and a
+// Unicode stress text, read from $HYLA_TOKENIZER_REF (tools/tokenizer_reference.sh writes it).
+#include "serve/tokenizer.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace hyla::serve {
+namespace {
+
+using Json = nlohmann::json;
+
+// The GPT-2 byte-level spelling of one byte (the test's own twin of the mapping).
+std::string byte_char(int b) {
+  int next = 256, cp = -1;
+  for (int c = 0; c < 256 && cp < 0; ++c) {
+    const bool printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174;
+    if (c == b) cp = printable ? c : next;
+    if (!printable) ++next;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+std::string spell(std::string_view bytes) {
+  std::string out;
+  for (char c : bytes) out += byte_char(static_cast<unsigned char>(c));
+  return out;
+}
+
+constexpr const char* kQwenPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// ids 0..255: the bytes; 256.. the merged tokens below; 300.. added tokens.
+Json tiny_tokenizer_json() {
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"a", "a"}, {"o", spell(" ")}, {spell(" "), "w"}};
+  Json merge_list = Json::array();
+  int32_t id = 256;
+  for (const auto& [left, right] : merges) {
+    vocab[left + right] = id++;
+    merge_list.push_back(left + " " + right);
+  }
+  Json j;
+  j["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}};
+  j["added_tokens"] = Json::array({{{"id", 300}, {"content", "<a>"}, {"special", true}},
+                                   {{"id", 301}, {"content", "<a><b>"}, {"special", true}}});
+  j["normalizer"] = {{"type", "NFC"}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       Json::array({{{"type", "Split"},
+                     {"pattern", {{"Regex", kQwenPattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  j["post_processor"] = nullptr;
+  return j;
+}
+
+Tokenizer tiny() {
+  Result<Tokenizer> t = Tokenizer::from_json(tiny_tokenizer_json().dump(), "tiny");
+  HYLA_CHECK(t.ok(), t.status().message());
+  return std::move(t).value();
+}
+
+std::vector<int32_t> bytes_of(std::string_view s) {
+  std::vector<int32_t> ids;
+  for (char c : s) ids.push_back(static_cast<unsigned char>(c));
+  return ids;
+}
+
+TEST(Tokenizer, MergesByRankThenLeftmost) {
+  const Tokenizer t = tiny();
+  // h e l l o: "h e" (rank 0) and "l l" (rank 1), then "he ll" (rank 2) -> [hell, o]
+  EXPECT_EQ(t.encode("hello"), (std::vector<int32_t>{258, 'o'}));
+  // a a a: the leftmost pair merges first -> [aa, a]; four a -> [aa, aa]
+  EXPECT_EQ(t.encode("aaa"), (std::vector<int32_t>{259, 'a'}));
+  EXPECT_EQ(t.encode("aaaa"), (std::vector<int32_t>{259, 259}));
+}
+
+TEST(Tokenizer, PreTokenizerSplitsBeforeMerging) {
+  const Tokenizer t = tiny();
+  // "o w" splits into "o", " w": the "oĠ" merge (260) never applies across pieces, "Ġw" (261) does.
+  EXPECT_EQ(t.encode("o w"), (std::vector<int32_t>{'o', 261}));
+  EXPECT_EQ(t.decode(t.encode("o w")), "o w");
+}
+
+TEST(Tokenizer, AddedTokensLongestFirst) {
+  const Tokenizer t = tiny();
+  EXPECT_EQ(t.encode("x<a><b>y<a>"), (std::vector<int32_t>{'x', 301, 'y', 300}));
+  EXPECT_EQ(t.encode("<a<a>>"), (std::vector<int32_t>{'<', 'a', 300, '>'}));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{301, 'z', 300}), "<a><b>z<a>");
+  EXPECT_EQ(t.token_id("<a><b>"), 301);
+  EXPECT_EQ(t.token_id(spell(" ") + "w"), 261);
+  EXPECT_EQ(t.token_id("nope"), std::nullopt);
+  EXPECT_EQ(t.vocab_size(), 302);
+}
+
+TEST(Tokenizer, UnusualBytesRoundTrip) {
+  const Tokenizer t = tiny();
+  // control bytes, DEL, U+00A0 (C2 A0) and U+00AD (C2 AD): bytes the alphabet maps to U+0100..
+  const std::string text =
+      std::string("\x01\x1f\x7f", 3) + "\xc2\xa0\xc2\xad" + std::string(1, '\0');
+  EXPECT_EQ(t.encode(text), bytes_of(text));
+  EXPECT_EQ(t.decode(t.encode(text)), text);
+}
+
+TEST(Tokenizer, InvalidUtf8BecomesReplacementCharacter) {
+  const Tokenizer t = tiny();
+  // FF: invalid byte; E2 82: a truncated sequence (one U+FFFD); ED A0 80: a surrogate (three).
+  const std::string bad =
+      "a\xff"
+      "b\xe2\x82"
+      "c\xed\xa0\x80";
+  const std::string fffd = "\xef\xbf\xbd";
+  const std::string want = "a" + fffd + "b" + fffd + "c" + fffd + fffd + fffd;
+  EXPECT_EQ(sanitize_utf8(bad), want);
+  EXPECT_FALSE(is_valid_utf8(bad));
+  EXPECT_TRUE(is_valid_utf8(want));
+  EXPECT_EQ(t.encode(bad), t.encode(want));
+  EXPECT_EQ(t.decode(t.encode(bad)), want);
+}
+
+TEST(Tokenizer, NfcNormalizes) {
+  const Tokenizer t = tiny();
+  EXPECT_EQ(t.encode("e\xcc\x81"), t.encode("\xc3\xa9"));  // e + U+0301 -> U+00E9
+  EXPECT_EQ(t.decode(t.encode("e\xcc\x81")), "\xc3\xa9");
+}
+
+TEST(Tokenizer, UnsupportedConstructsNameTheirPath) {
+  struct Case {
+    const char* name;
+    Json (*edit)(Json);
+    const char* path;
+  };
+  const Case cases[] = {
+      {"nfkd",
+       [](Json j) {
+         j["normalizer"] = {{"type", "NFKD"}};
+         return j;
+       },
+       "normalizer.type"},
+      {"unigram",
+       [](Json j) {
+         j["model"]["type"] = "Unigram";
+         return j;
+       },
+       "model.type"},
+      {"merge",
+       [](Json j) {
+         j["model"]["merges"].push_back("q zz");
+         return j;
+       },
+       "model.merges[6]"},
+      {"behavior",
+       [](Json j) {
+         j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+         return j;
+       },
+       "pre_tokenizer.pretokenizers[0].behavior"},
+      {"decoder",
+       [](Json j) {
+         j["decoder"] = {{"type", "WordPiece"}};
+         return j;
+       },
+       "decoder.type"},
+      {"lstrip",
+       [](Json j) {
+         j["added_tokens"][0]["lstrip"] = true;
+         return j;
+       },
+       "added_tokens[0].lstrip"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<Tokenizer> t = Tokenizer::from_json(c.edit(tiny_tokenizer_json()).dump(), "tiny");
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find(c.path), std::string::npos) << t.status().message();
+  }
+  EXPECT_FALSE(Tokenizer::load("/nonexistent/tokenizer.json").ok());
+  EXPECT_FALSE(Tokenizer::from_json("{not json", "bad").ok());
+}
+
+// Feeds ids one at a time: every chunk is valid UTF-8 and the chunks add up to decode(ids).
+::testing::AssertionResult streams_like_decode(const Tokenizer& t,
+                                               const std::vector<int32_t>& ids) {
+  StreamingDecoder stream(t);
+  std::string joined;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string chunk = stream.push(ids[i]);
+    if (!is_valid_utf8(chunk))
+      return ::testing::AssertionFailure() << "chunk after id #" << i << " is not valid UTF-8";
+    joined += chunk;
+  }
+  joined += stream.finish();
+  if (joined != t.decode(ids))
+    return ::testing::AssertionFailure() << "streamed text differs from decode()";
+  return ::testing::AssertionSuccess();
+}
+
+TEST(StreamingDecoder, HoldsBackIncompleteSequences) {
+  const Tokenizer t = tiny();
+  // 你 (E4 BD A0), 😀 (F0 9F 98 80), ZWJ sequence: every byte is its own token here.
+  const std::string text =
+      "a\xe4\xbd\xa0\xf0\x9f\x98\x80\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x92\xbb";
+  const std::vector<int32_t> ids = t.encode(text);
+  ASSERT_EQ(ids.size(), text.size());
+  StreamingDecoder stream(t);
+  EXPECT_EQ(stream.push(ids[0]), "a");
+  EXPECT_EQ(stream.push(ids[1]), "");
+  EXPECT_EQ(stream.push(ids[2]), "");
+  EXPECT_EQ(stream.push(ids[3]), "\xe4\xbd\xa0");
+  EXPECT_TRUE(streams_like_decode(t, ids));
+  // A stream cut inside a sequence: finish() gives U+FFFD, as decode() does.
+  StreamingDecoder cut(t);
+  EXPECT_EQ(cut.push(0xf0) + cut.push(0x9f) + cut.finish(), "\xef\xbf\xbd");
+}
+
+TEST(StreamingDecoder, RandomBytesMatchDecode) {
+  const Tokenizer t = tiny();
+  std::mt19937 rng(7);
+  // Biased to lead/continuation bytes so that sequences are valid, truncated and invalid alike.
+  std::uniform_int_distribution<int> pick(0, 5), any(0, 301), cont(0x80, 0xBF), lead(0xC0, 0xF7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> ids(1 + trial % 40);
+    for (int32_t& id : ids) {
+      const int kind = pick(rng);
+      id = kind <= 2 ? cont(rng) : kind == 3 ? lead(rng) : any(rng);
+    }
+    ASSERT_TRUE(streams_like_decode(t, ids)) << "trial " << trial;
+  }
+}
+
+// ---- Against the JS reference ----
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The first mismatch with a few ids of context, or success.
+::testing::AssertionResult same_ids(const std::vector<int32_t>& got,
+                                    const std::vector<int32_t>& want, const Tokenizer& t) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  if (i == got.size() && i == want.size()) return ::testing::AssertionSuccess();
+  auto show = [&](const std::vector<int32_t>& ids) {
+    std::ostringstream os;
+    for (size_t k = i >= 3 ? i - 3 : 0; k < std::min(ids.size(), i + 5); ++k)
+      os << ids[k] << "(" << Json(t.decode(std::vector<int32_t>{ids[k]})).dump() << ") ";
+    return os.str();
+  };
+  return ::testing::AssertionFailure()
+         << "first mismatch at id #" << i << " of " << got.size() << " (reference " << want.size()
+         << ")\n  got:  " << show(got) << "\n  want: " << show(want);
+}
+
+class TokenizerReference : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* dir = std::getenv("HYLA_TOKENIZER_REF");
+    if (dir == nullptr || *dir == '\0')
+      GTEST_SKIP() << "HYLA_TOKENIZER_REF is not set: run tools/tokenizer_reference.sh DIR and "
+                      "export HYLA_TOKENIZER_REF=DIR to compare with @huggingface/tokenizers";
+    dir_ = dir;
+    Result<Tokenizer> t = Tokenizer::load(dir_ + "/tokenizer.json");
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tokenizer_.emplace(std::move(t).value());
+  }
+
+  // Compares ids with <name>.ids.json and the round trip with <name>.roundtrip.txt.
+  void check_text(const std::string& name) {
+    const std::string text = read_file(dir_ + "/" + name + ".txt");
+    ASSERT_FALSE(text.empty()) << dir_ << "/" << name << ".txt";
+    const Json reference = Json::parse(read_file(dir_ + "/" + name + ".ids.json"));
+    const auto want = reference.get<std::vector<int32_t>>();
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int32_t> got = tokenizer_->encode(text);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_TRUE(same_ids(got, want, *tokenizer_)) << name;
+    const std::string round_trip = tokenizer_->decode(got);
+    EXPECT_TRUE(round_trip == read_file(dir_ + "/" + name + ".roundtrip.txt"))
+        << name << ": decode(encode(x)) differs from NFC(sanitized x)";
+    if (is_valid_utf8(text) && round_trip != text)
+      std::printf("[ note     ] %s: valid UTF-8 but not NFC: decode(encode(x)) == NFC(x)\n",
+                  name.c_str());
+    EXPECT_TRUE(streams_like_decode(*tokenizer_, got)) << name;
+    std::printf("[ compared ] %s: %zu bytes, %zu ids (reference %zu); C++ encode %.2f MB/s\n",
+                name.c_str(), text.size(), got.size(), want.size(),
+                static_cast<double>(text.size()) / seconds / 1e6);
+  }
+
+  std::string dir_;
+  std::optional<Tokenizer> tokenizer_;
+};
+
+TEST_F(TokenizerReference, BrownCorpusMatchesJs) {
+  check_text("brown");
+  const std::string speed = read_file(dir_ + "/js_speed.json");
+  if (!speed.empty()) std::printf("[ js       ] %s\n", speed.c_str());
+}
+
+TEST_F(TokenizerReference, UnicodeStressMatchesJs) { check_text("stress"); }
+
+TEST_F(TokenizerReference, SpecialTokensAndVocab) {
+  EXPECT_EQ(tokenizer_->vocab_size(), 151669);
+  EXPECT_EQ(tokenizer_->token_id("<|im_end|>"), 151645);
+  EXPECT_EQ(tokenizer_->encode("<|im_start|>user"), (std::vector<int32_t>{151644, 872}));
+}
+
+}  // namespace
+}  // namespace hyla::serve
