@@ -116,6 +116,18 @@ Status check_slots(std::string_view op, std::string_view name, const TensorView&
   return ok_status();
 }
 
+Status check_in_place(std::string_view op, std::string_view out_name, const TensorView& out,
+                      std::string_view in_name, const TensorView& in) {
+  if (out.raw() != in.raw()) return ok_status();
+  bool same_layout = out.dtype() == in.dtype() && out.ndim() == in.ndim();
+  for (int d = 0; same_layout && d < in.ndim(); ++d) same_layout = out.stride(d) == in.stride(d);
+  if (same_layout) return ok_status();
+  return invalid_argument(op, ": ", out_name, " aliases ", in_name,
+                          " with a different dtype or strides (", out_name, " ",
+                          dtype_name(out.dtype()), ", ", in_name, " ", dtype_name(in.dtype()),
+                          "); in place needs the same layout");
+}
+
 namespace {
 int32_t slot_at(const TensorView& slots, int64_t b) {
   return slots.data<int32_t>()[b * slots.stride(0)];

@@ -33,6 +33,11 @@ Status check_cu_seqlens(std::string_view op, const TensorView& cu_seqlens, int64
 Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
                    int64_t batch, int64_t num_slots);
 
+/// In-place use: when `out` starts where `in` does, it must have in's dtype and strides (a
+/// partial overlap with another layout would read values already overwritten).
+Status check_in_place(std::string_view op, std::string_view out_name, const TensorView& out,
+                      std::string_view in_name, const TensorView& in);
+
 /// Every slot in `write_slots` is written by one sequence only, and no sequence reads (through
 /// `read_slots`) a slot another sequence writes: parallel kernel bodies visit sequences in any
 /// order, so either would make the result depend on that order. Either array may be undefined;

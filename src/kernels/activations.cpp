@@ -37,15 +37,7 @@ Status check_elementwise(std::string_view op, const TensorView& x, const TensorV
     HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
   }
   HYLA_RETURN_IF_ERROR(check_device(op, "y", y, x.device()));
-  if (y.raw() == x.raw()) {
-    bool same_layout = y.dtype() == x.dtype();
-    for (int d = 0; same_layout && d < x.ndim(); ++d) same_layout = y.stride(d) == x.stride(d);
-    if (!same_layout)
-      return invalid_argument(op, ": y aliases x with a different dtype or strides (y ",
-                              dtype_name(y.dtype()), ", x ", dtype_name(x.dtype()),
-                              "); in place needs the same layout");
-  }
-  return ok_status();
+  return check_in_place(op, "y", y, "x", x);
 }
 
 }  // namespace

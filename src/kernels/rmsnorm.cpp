@@ -28,15 +28,7 @@ Status check_rmsnorm(const RmsNormParams& p) {
     HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
-  if (p.y.raw() == p.x.raw()) {
-    bool same_layout = p.y.dtype() == p.x.dtype();
-    for (int i = 0; same_layout && i < p.x.ndim(); ++i)
-      same_layout = p.y.stride(i) == p.x.stride(i);
-    if (!same_layout)
-      return invalid_argument(op, ": y aliases x with a different dtype or strides (y ",
-                              dtype_name(p.y.dtype()), ", x ", dtype_name(p.x.dtype()),
-                              "); in place needs the same layout");
-  }
+  HYLA_RETURN_IF_ERROR(check_in_place(op, "y", p.y, "x", p.x));
   if (!(p.eps > 0.0f) || !std::isfinite(p.eps))
     return invalid_argument(op, ": eps is ", p.eps,
                             ", expected a finite value > 0 (keeps zero rows finite)");

@@ -50,6 +50,27 @@ Tensor squeeze(const Tensor& t) {
   return copy;
 }
 
+Result<std::unique_ptr<Model>> assemble_model(
+    const ModelConfig& c, const TensorGetter& get,
+    const std::function<Status(int64_t layer, DecoderLayer& out)>& fill_layer) {
+  std::vector<DecoderLayer> layers;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    DecoderLayer layer;
+    const std::string p = str_cat("model.layers.", i, ".");
+    HYLA_ASSIGN_OR_RETURN(layer.input_norm, get(p + "input_layernorm.weight"));
+    HYLA_ASSIGN_OR_RETURN(layer.post_norm, get(p + "post_attention_layernorm.weight"));
+    HYLA_RETURN_IF_ERROR(fill_layer(i, layer));
+    layers.push_back(std::move(layer));
+  }
+  HYLA_ASSIGN_OR_RETURN(Tensor embedding, get("model.embed_tokens.weight"));
+  HYLA_ASSIGN_OR_RETURN(Tensor final_norm, get("model.norm.weight"));
+  Tensor lm_head = embedding;
+  if (!c.tie_word_embeddings) {
+    HYLA_ASSIGN_OR_RETURN(lm_head, get("lm_head.weight"));
+  }
+  return std::make_unique<Model>(c, embedding, std::move(layers), final_norm, lm_head);
+}
+
 Status check_checkpoint(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs) {
   std::string problems;
   int count = 0;

@@ -3,11 +3,14 @@
 // mis-shaped tensors were reported by name before any of this runs.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/checkpoint.h"
+#include "model/model.h"
 
 namespace hyla::model {
 
@@ -23,6 +26,15 @@ Tensor concat_rows(const std::vector<Tensor>& parts);
 
 /// Drops size-1 dimensions of a weight stored as e.g. [C, 1, K] -> [C, K].
 Tensor squeeze(const Tensor& t);
+
+/// The part of loading every architecture shares: per layer the input and post-attention norms
+/// (model.layers.{i}.input_layernorm / post_attention_layernorm) plus what `fill_layer` loads (its
+/// mixer and MLP), then the embedding, the final norm and the lm_head (the embedding when tied).
+/// `get` loads one tensor by its checkpoint name (already checked against the mapping table).
+using TensorGetter = std::function<Result<Tensor>(const std::string& name)>;
+Result<std::unique_ptr<Model>> assemble_model(
+    const ModelConfig& config, const TensorGetter& get,
+    const std::function<Status(int64_t layer, DecoderLayer& out)>& fill_layer);
 
 /// Checks every spec's tensor exists with its shape; one error naming all problems (up to 10).
 struct WeightSpec;

@@ -542,32 +542,22 @@ Result<std::unique_ptr<Model>> load_kimi(const ModelConfig& c, const Checkpoint&
   for (WeightSpec& spec : resolved) resolve_spec(ckpt, c, spec);
   HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, resolved));
   const KimiLoader load(c, ckpt, table, resolved);
-  std::vector<DecoderLayer> layers;
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    DecoderLayer layer;
-    const std::string p = layer_prefix(i);
-    HYLA_ASSIGN_OR_RETURN(layer.input_norm, load.get(p + "input_layernorm.weight"));
-    HYLA_ASSIGN_OR_RETURN(layer.post_norm, load.get(p + "post_attention_layernorm.weight"));
-    if (c.mixers[size_t(i)] == MixerKind::kKimiDelta) {
-      HYLA_ASSIGN_OR_RETURN(layer.kda, load.kda(i));
-    } else {
-      HYLA_ASSIGN_OR_RETURN(layer.latent, load.latent(i));
-    }
-    if (c.mlps[size_t(i)] == MlpKind::kMoe) {
-      HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(i));
-    } else {
-      HYLA_ASSIGN_OR_RETURN(
-          layer.dense, load.swiglu(p + "block_sparse_moe.", "gate_proj", "up_proj", "down_proj"));
-    }
-    layers.push_back(std::move(layer));
-  }
-  HYLA_ASSIGN_OR_RETURN(Tensor embedding, load.get("model.embed_tokens.weight"));
-  HYLA_ASSIGN_OR_RETURN(Tensor final_norm, load.get("model.norm.weight"));
-  Tensor lm_head = embedding;
-  if (!c.tie_word_embeddings) {
-    HYLA_ASSIGN_OR_RETURN(lm_head, load.get("lm_head.weight"));
-  }
-  return std::make_unique<Model>(c, embedding, std::move(layers), final_norm, lm_head);
+  return assemble_model(
+      c, [&](const std::string& name) { return load.get(name); },
+      [&](int64_t i, DecoderLayer& layer) -> Status {
+        if (c.mixers[size_t(i)] == MixerKind::kKimiDelta) {
+          HYLA_ASSIGN_OR_RETURN(layer.kda, load.kda(i));
+        } else {
+          HYLA_ASSIGN_OR_RETURN(layer.latent, load.latent(i));
+        }
+        if (c.mlps[size_t(i)] == MlpKind::kMoe) {
+          HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(i));
+        } else {
+          HYLA_ASSIGN_OR_RETURN(layer.dense, load.swiglu(layer_prefix(i) + "block_sparse_moe.",
+                                                         "gate_proj", "up_proj", "down_proj"));
+        }
+        return ok_status();
+      });
 }
 
 Result<std::unique_ptr<Model>> load_kimi_k3(const ModelConfig&, const Checkpoint&) {

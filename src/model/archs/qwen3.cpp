@@ -307,31 +307,21 @@ class QwenLoader {
 Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& c, const Checkpoint& ckpt) {
   HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, qwen_weights(c)));
   const QwenLoader load(c, ckpt);
-  std::vector<DecoderLayer> layers;
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    DecoderLayer layer;
-    const std::string p = layer_prefix(i);
-    HYLA_ASSIGN_OR_RETURN(layer.input_norm, load.get(p + "input_layernorm.weight"));
-    HYLA_ASSIGN_OR_RETURN(layer.post_norm, load.get(p + "post_attention_layernorm.weight"));
-    if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
-      HYLA_ASSIGN_OR_RETURN(layer.gdn, load.gdn(i));
-    } else {
-      HYLA_ASSIGN_OR_RETURN(layer.attention, load.attention(i));
-    }
-    if (c.mlps[size_t(i)] == MlpKind::kMoe) {
-      HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(i));
-    } else {
-      HYLA_ASSIGN_OR_RETURN(layer.dense, load.swiglu(p + "mlp."));
-    }
-    layers.push_back(std::move(layer));
-  }
-  HYLA_ASSIGN_OR_RETURN(Tensor embedding, load.get("model.embed_tokens.weight"));
-  HYLA_ASSIGN_OR_RETURN(Tensor final_norm, load.get("model.norm.weight"));
-  Tensor lm_head = embedding;
-  if (!c.tie_word_embeddings) {
-    HYLA_ASSIGN_OR_RETURN(lm_head, load.get("lm_head.weight"));
-  }
-  return std::make_unique<Model>(c, embedding, std::move(layers), final_norm, lm_head);
+  return assemble_model(
+      c, [&](const std::string& name) { return load.get(name); },
+      [&](int64_t i, DecoderLayer& layer) -> Status {
+        if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
+          HYLA_ASSIGN_OR_RETURN(layer.gdn, load.gdn(i));
+        } else {
+          HYLA_ASSIGN_OR_RETURN(layer.attention, load.attention(i));
+        }
+        if (c.mlps[size_t(i)] == MlpKind::kMoe) {
+          HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(i));
+        } else {
+          HYLA_ASSIGN_OR_RETURN(layer.dense, load.swiglu(layer_prefix(i) + "mlp."));
+        }
+        return ok_status();
+      });
 }
 
 }  // namespace
