@@ -414,13 +414,17 @@ void gated_delta_rule_chunk(const GatedDeltaRuleParams& p) {
   const Shape s = shape_of(p);
   const int32_t* cu = p.cu_seqlens.data<int32_t>();
   const int64_t cu_stride = p.cu_seqlens.stride(0);
+  // Index of each sequence's first boundary state in chunk_states (a prefix sum, computed once).
+  std::vector<int64_t> first_boundary(size_t(s.B), 0);
+  for (int64_t b = 1; b < s.B; ++b)
+    first_boundary[size_t(b)] =
+        first_boundary[size_t(b - 1)] + (cu[b * cu_stride] - cu[(b - 1) * cu_stride]) / kChunk;
   for_each_sequence_head(s, [&](int64_t b, int64_t hv) {
     const int64_t kh = hv / s.group;
     ChunkScratch w(s.d_k, s.d_v, s.per_channel);
     load_state(p, b, hv, s.d_v * s.d_k, w.st.data());
     const int64_t begin = cu[b * cu_stride], end = cu[(b + 1) * cu_stride];
-    int64_t boundary =
-        p.chunk_states.defined() ? gated_delta_rule_chunk_state_offset(p.cu_seqlens, b) : 0;
+    int64_t boundary = first_boundary[size_t(b)];
     for (int64_t t0 = begin; t0 < end; t0 += kChunk) {
       const int n = int(std::min<int64_t>(kChunk, end - t0));
       chunk_step(p, s, w, t0, n, hv, kh);
