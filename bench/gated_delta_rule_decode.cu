@@ -5,12 +5,15 @@
 // GB/s counts what fla's benchmark counts: state read + write plus q/k/v/o, gates and beta (our
 // kernel also reads and writes the conv window, not counted). Each case is first checked against
 // the CPU body on the same inputs (relative L2 error of o and of the updated state).
-// Prints a table; writes JSON lines to the file given as argv[1] (if any).
+// Prints a table; writes JSON lines to the file given as the last argument (if any). With --sweep,
+// also times every tiling of the CUDA body (rows per block / cluster size) the geometry admits, so
+// the entry's choice can be checked against the alternatives.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "core/cuda_check.h"
 #include "core/device_memory.h"
 #include "core/tensor.h"
+#include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
 
 namespace hyla {
@@ -59,11 +63,19 @@ double rel_l2(const Tensor& got, const Tensor& want) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-struct CaseResult {
-  double us, gbps, err_o, err_state;
+struct Timing {
+  kernels::cuda::DecodeTiling tiling;  ///< rows_per_block 0 = the entry's own choice
+  double us, gbps;
 };
 
-CaseResult run_case(const Case& c, int B, int d, bool commit = true) {
+struct CaseResult {
+  double err_o, err_state;
+  std::vector<Timing> timings;  ///< [0] = the entry's choice, then the sweep (if asked)
+};
+
+/// Sets up one case (pools, inputs, CPU check), then times the entry and each tiling in `sweep`.
+CaseResult run_case(const Case& c, int B, int d,
+                    const std::vector<kernels::cuda::DecodeTiling>& sweep) {
   std::mt19937 rng(1234u + unsigned(B) * 7u + (c.kda ? 1u : 0u));
   const int64_t conv_dim = 2 * int64_t(c.H) * d + int64_t(c.HV) * d, K = 4;
   const int64_t state_bytes_per_seq = int64_t(c.HV) * d * d * 4;
@@ -95,9 +107,6 @@ CaseResult run_case(const Case& c, int B, int d, bool commit = true) {
   HYLA_CUDA_CHECK(cudaMemcpy(d_state.view().raw(), state0.view().raw(), size_t(state0.nbytes()),
                              cudaMemcpyHostToDevice));
   Tensor d_o = Tensor::empty({B, c.HV, d}, DType::kBF16, gpu);
-  // Verify mode (commit = false) writes the step's state here instead of the pool and leaves the
-  // conv window alone: the step kernel alone, without the conv-window kernel.
-  Tensor d_steps = commit ? Tensor() : Tensor::empty({B, 1, c.HV, d, d}, DType::kF32, gpu);
   std::vector<Tensor> d_slots;
   for (int r = 0; r < ring; ++r) {
     Tensor s = Tensor::empty({B}, DType::kI32);
@@ -141,46 +150,54 @@ CaseResult run_case(const Case& c, int B, int d, bool commit = true) {
     res.err_state = rel_l2(g_state, h_state);
   }
 
-  p.commit = commit;
-  if (!commit) p.step_states = d_steps;
-  // One graph = `ring` decode steps over disjoint slot sets.
-  cudaStream_t stream;
-  HYLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  HYLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int r = 0; r < ring; ++r) {
-    p.slots = d_slots[size_t(r)];
-    HYLA_CHECK(kernels::gated_delta_rule_decode(p, Stream{stream}).ok(), "capture");
-  }
-  HYLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  HYLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) HYLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  cudaEvent_t start, stop;
-  HYLA_CUDA_CHECK(cudaEventCreate(&start));
-  HYLA_CUDA_CHECK(cudaEventCreate(&stop));
-  // Median of 7 timed batches of replays.
-  const int replays = std::max(2, int(2000 / ring));
-  std::vector<float> times;
-  for (int rep = 0; rep < 7; ++rep) {
-    HYLA_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < replays; ++i) HYLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    HYLA_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HYLA_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    HYLA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
-  res.us = double(times[3]) * 1e3 / (double(replays) * ring);
   const double bytes = double(B) * (2.0 * double(state_bytes_per_seq) +      // state read + write
                                     2.0 * double(conv_dim) +                 // q, k, v (bf16)
                                     2.0 * c.HV * d +                         // o (bf16)
                                     (c.kda ? 2.0 * c.HV * d : 2.0 * c.HV) +  // gate input
                                     2.0 * c.HV);                             // beta input
-  res.gbps = bytes / (res.us * 1e-6) * 1e-9;
-  HYLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  HYLA_CUDA_CHECK(cudaGraphDestroy(graph));
+  cudaStream_t stream;
+  HYLA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  HYLA_CUDA_CHECK(cudaEventCreate(&start));
+  HYLA_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<kernels::cuda::DecodeTiling> variants = {{0, 0}};
+  variants.insert(variants.end(), sweep.begin(), sweep.end());
+  for (const kernels::cuda::DecodeTiling tiling : variants) {
+    auto step = [&](Stream s) {
+      return tiling.rows_per_block == 0
+                 ? kernels::gated_delta_rule_decode(p, s)
+                 : kernels::cuda::gated_delta_rule_decode_tiled(p, tiling, s);
+    };
+    // One graph = `ring` decode steps over disjoint slot sets.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    HYLA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int r = 0; r < ring; ++r) {
+      p.slots = d_slots[size_t(r)];
+      const Status st = step(Stream{stream});
+      HYLA_CHECK(st.ok(), "capture: ", st.to_string());
+    }
+    HYLA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    HYLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) HYLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    // Median of 7 timed batches of replays, each batch about 4096 / B steps (at least 16).
+    const int replays = std::max(2, std::max(16, 4096 / B) / ring);
+    std::vector<float> times;
+    for (int rep = 0; rep < 7; ++rep) {
+      HYLA_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int i = 0; i < replays; ++i) HYLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      HYLA_CUDA_CHECK(cudaEventRecord(stop, stream));
+      HYLA_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      HYLA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    const double us = double(times[3]) * 1e3 / (double(replays) * ring);
+    res.timings.push_back(Timing{tiling, us, bytes / (us * 1e-6) * 1e-9});
+    HYLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    HYLA_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
   HYLA_CUDA_CHECK(cudaEventDestroy(start));
   HYLA_CUDA_CHECK(cudaEventDestroy(stop));
   HYLA_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -196,30 +213,62 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device visible: nothing to benchmark\n");
     return 0;
   }
-  FILE* json = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
+  // --sweep: every tiling; --only gdn|kda, --batch B, --rows R: one slice (for a profiler).
+  bool sweep = false;
+  const char* json_path = nullptr;
+  std::string only;
+  int only_batch = 0, only_rows = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--sweep") {
+      sweep = true;
+    } else if (arg == "--only" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (arg == "--batch" && i + 1 < argc) {
+      only_batch = std::atoi(argv[++i]);
+    } else if (arg == "--rows" && i + 1 < argc) {
+      only_rows = std::atoi(argv[++i]);
+    } else {
+      json_path = argv[i];
+    }
+  }
+  FILE* json = json_path ? std::fopen(json_path, "w") : nullptr;
   cudaDeviceProp prop;
   HYLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf(
       "hyla gated_delta_rule_decode on %s (%d SMs): fp32 state, bf16 activations, d = 128\n",
       prop.name, prop.multiProcessorCount);
-  std::printf("| %-22s | %5s | %9s | %8s | %9s | %9s |\n", "case", "B", "us", "GB/s", "err o",
-              "err state");
+  std::printf("| %-22s | %5s | %-8s | %9s | %8s | %9s | %9s |\n", "case", "B", "tiling", "us",
+              "GB/s", "err o", "err state");
   const Case cases[] = {{"GDN H16/HV32", false, 16, 32}, {"KDA H32 safe gate", true, 32, 32}};
   for (const Case& c : cases) {
+    if (!only.empty() && (only == "kda") != c.kda) continue;
     for (int B : {1, 8, 64, 256, 1024}) {
-      const CaseResult r = run_case(c, B, 128);
-      std::printf("| %-22s | %5d | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B, r.us, r.gbps,
-                  r.err_o, r.err_state);
-      if (B == 1 || B == 64) {
-        const CaseResult v = run_case(c, B, 128, /*commit=*/false);
-        std::printf("| %-22s | %5d | %9.2f | %8.0f | %9s | %9s |\n",
-                    (std::string(c.name) + " step only").c_str(), B, v.us, v.gbps, "-", "-");
+      if (only_batch != 0 && B != only_batch) continue;
+      std::vector<kernels::cuda::DecodeTiling> tilings;
+      const int64_t group = c.HV / c.H;
+      for (const auto t : kernels::cuda::decode_tilings()) {
+        if (kernels::cuda::decode_cluster_size(t, group, 128) == 0) continue;
+        if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
-      if (json)
-        std::fprintf(json,
-                     "{\"case\":\"%s\",\"B\":%d,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
-                     "\"err_state\":%.3e}\n",
-                     c.name, B, r.us, r.gbps, r.err_o, r.err_state);
+      const CaseResult r = run_case(c, B, 128, tilings);
+      const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128);
+      for (const Timing& t : r.timings) {
+        const bool is_default = t.tiling.rows_per_block == 0;
+        const auto tl = is_default ? chosen : t.tiling;
+        const std::string name =
+            str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
+                    kernels::cuda::decode_cluster_size(tl, group, 128), is_default ? "*" : "");
+        std::printf("| %-22s | %5d | %-8s | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B,
+                    name.c_str(), t.us, t.gbps, r.err_o, r.err_state);
+        if (json)
+          std::fprintf(json,
+                       "{\"case\":\"%s\",\"B\":%d,\"rows_per_block\":%d,\"warps\":%d,"
+                       "\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
+                       "\"err_state\":%.3e}\n",
+                       c.name, B, tl.rows_per_block, tl.warps, is_default ? "true" : "false", t.us,
+                       t.gbps, r.err_o, r.err_state);
+      }
     }
   }
   if (json) std::fclose(json);

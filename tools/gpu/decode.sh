@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): build with CUDA, run the GPU tests, then
 # the decode benchmark and fla's decode benchmark side by side. Results go under $OUT.
-#   bash tools/gpu/decode.sh [tests|bench|fla|all]...   (default: all)
+#   bash tools/gpu/decode.sh [tests|bench|sweep|fla|all]...   (default: all but sweep)
+# sweep: the benchmark again with every tiling of the CUDA body timed (--sweep).
 # fla's python package must be in third_party_peer/fla (carried, never committed), with
 # bench_fla.py beside it (a copy of ../shared/tools/bench_fla.py).
 set -uo pipefail
@@ -21,7 +22,7 @@ cmake --build build-gpu -j 16 --target hyla_bench_gated_delta_rule_decode > "$OU
   { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
 echo "build: $((SECONDS - start)) s"
 if want tests; then
-  if cmake --build build-gpu -j 16 > "$OUT/build_tests.log" 2>&1; then
+  if cmake --build build-gpu -j 16 --target hyla_gpu_tests > "$OUT/build_tests.log" 2>&1; then
     (cd build-gpu && ctest -L gpu --output-on-failure -j 4 > "$OUT/gpu_tests.log" 2>&1)
     grep -E "tests passed|Failed|FAILED|Skipped" "$OUT/gpu_tests.log" | head -20
   else
@@ -30,6 +31,10 @@ if want tests; then
 fi
 if want bench; then
   ./build-gpu/bin/hyla_bench_gated_delta_rule_decode "$OUT/hyla_decode.jsonl" | tee "$OUT/hyla_decode.txt"
+fi
+if [[ " ${steps[*]} " == *" sweep "* ]]; then
+  ./build-gpu/bin/hyla_bench_gated_delta_rule_decode --sweep "$OUT/hyla_decode_sweep.jsonl" |
+    tee "$OUT/hyla_decode_sweep.txt"
 fi
 if want fla; then
   PYTHONUNBUFFERED=1 PYTHONPATH=third_party_peer timeout 420 python3 third_party_peer/bench_fla.py \

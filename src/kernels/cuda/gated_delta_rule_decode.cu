@@ -1,22 +1,29 @@
 // CUDA body of the fused decode / verify step and the commit (kernels/gated_delta_rule_decode.h).
 //
 // Decode is bound by the state: per (sequence, value head) d_v x d_k fp32 = 64 KiB read and written
-// per token. Layout: grid (HV x V-splits, B), 128 threads. One thread block owns kBV state rows
-// (value channels) of one head: it recomputes the head's q and k (conv window + SiLU + l2norm: a
-// few KiB, mostly L2 hits), its kBV v channels and the gates, then streams its rows once through
-// registers: each warp holds a row as 32 lanes x (d_k / 32) contiguous elements (16-byte loads for
-// fp32), runs the T tokens on it (decay, predict = warp sum, write, read = warp sum) and stores it
-// back (decode) or stores every step's copy (verify). Small batches split each head over
-// d_v / 16 blocks, large batches over d_v / 64.
-// The conv window is advanced by a second kernel after the step (every block of a key head reads
-// the q/k windows, so none may overwrite them while the step runs); gated RMSNorm, when asked, by a
-// third. All launches are stream-ordered: no host synchronisation, graph-capturable.
+// per token. Unit of work: one (sequence, key head), whose `group` value heads' rows are contiguous
+// in the pool. A thread block owns rows_per_block of those rows (tiling: gated_delta_rule_decode_
+// tiling.h); the blocks of one key head form a thread-block cluster. Each block:
+//   1. issues the loads of its first state rows (registers, 16-byte loads for fp32), so the state
+//      bytes are in flight during everything else;
+//   2. computes its slice of the key head's 2 d_k q/k conv channels (window + SiLU) and pushes them
+//      into every block of the cluster (distributed shared memory), its own rows' v channels and
+//      the gates; it advances the windows of exactly those channels in place (commit), since no
+//      other block reads them;
+//   3. after the cluster barrier, l2-normalises q and k from shared memory and streams its rows:
+//      each warp holds a row as 32 lanes x d_k / 32 contiguous elements, runs the T tokens on it
+//      (decay, predict = warp sum, write, read = warp sum), stores it back (decode) or stores every
+//      step's copy (verify), with up to two more row groups' loads in flight meanwhile.
+// Gated RMSNorm, when asked, runs as a second kernel. No host synchronisation: graph-capturable.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/scalar_math.h"
 
@@ -24,8 +31,8 @@ namespace hyla::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
+namespace cg = cooperative_groups;
+
 constexpr int kMaxT = int(kMaxDecodeTokens);
 constexpr int kMaxK = 4;  // conv taps handled (K in [2, 4]); shorter kernels are zero-padded
 
@@ -50,7 +57,7 @@ struct StepArgs {
   void* o;  ///< [B T, HV, d_v]
   bool o_bf16;
   int64_t num_slots, conv_dim;
-  int T, K, H, HV, d_v, group, n_vsplit;
+  int T, K, H, HV, group, cluster;
   float scale;
   bool commit;
 };
@@ -129,26 +136,27 @@ struct RowFragment<uint16_t, 2> {
   }
 };
 
-/// y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]) for t < T, where u is the channel's conv window
-/// (K-1 oldest-first entries from the pool) followed by the T new inputs. Kernels shorter than
-/// kMaxK are zero-padded on the old side so every register index is a compile-time constant.
+/// One conv channel over the T new tokens: y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]), where u is
+/// the channel's window (K-1 oldest-first entries from the pool) followed by the new inputs; next
+/// gets the advanced window, the last K-1 entries of [window | new]. Kernels shorter than kMaxK
+/// are zero-padded on the old side so every register index is a compile-time constant.
 template <int kT>
-__device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int slot, int64_t ch,
-                                             float (&y)[kT]) {
-  float seq[kMaxK - 1 + kT];
+__device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int T, int slot, int64_t ch,
+                                             float (&y)[kT], float (&next)[kMaxK - 1]) {
+  constexpr int kLen = kMaxK - 1 + kT;
+  float seq[kLen];
   float w[kMaxK];
   const int pad = kMaxK - p.K;
+  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
 #pragma unroll
   for (int j = 0; j < kMaxK; ++j) w[j] = j >= pad ? p.conv_w[ch * p.K + (j - pad)] : 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxK - 1; ++j)
-    seq[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16,
-                                 (int64_t(slot) * p.conv_dim + ch) * (p.K - 1) + (j - pad))
-                      : 0.0f;
+    seq[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
 #pragma unroll
   for (int t = 0; t < kT; ++t)
     seq[kMaxK - 1 + t] =
-        t < p.T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * p.T + t) * p.conv_dim + ch) : 0.0f;
+        t < T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0.0f;
 #pragma unroll
   for (int t = 0; t < kT; ++t) {
     float acc = 0.0f;
@@ -156,6 +164,23 @@ __device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int slot,
     for (int j = 0; j < kMaxK; ++j) acc = fmaf(w[j], seq[t + j], acc);
     y[t] = silu(acc);
   }
+  const int first = kMaxK - 1 + T - (p.K - 1);  // real entries: seq[pad, kMaxK - 1 + T)
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    next[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kLen; ++i)
+      if (i == first + j) next[j] = seq[i];
+  }
+}
+
+/// Writes an advanced window back to the pool.
+__device__ __forceinline__ void store_window(const StepArgs& p, int slot, int64_t ch,
+                                             const float (&next)[kMaxK - 1]) {
+  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j)
+    if (j < p.K - 1) store_any(p.conv_state, p.conv_bf16, window + j, next[j]);
 }
 
 /// Sums each of the kN values over the warp; the kN shuffle chains interleave (independent work).
@@ -168,178 +193,226 @@ __device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
   }
 }
 
-/// One block: value head hv, state rows [v0, v0 + kBV) of sequence b, all T tokens. Warp w owns
-/// the kBV / 4 consecutive rows starting at v0 + w kBV / 4; it loads all of them first thing, so
-/// the state bytes are in flight while the block computes q, k, v and the gates.
-/// kT: the most tokens per sequence this instantiation handles (1 for decode, kMaxT for verify),
-/// so the decode path does no work for absent draft tokens.
-template <typename Ts, bool kKda, int kDk, int kBV, int kT>
-__global__ void __launch_bounds__(kThreads) decode_step_kernel(const __grid_constant__ StepArgs p) {
+/// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
+/// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
+/// of p.cluster blocks, row0 = r kR. kT: the most tokens per sequence this instantiation handles
+/// (1 for decode, kMaxT for verify), so the decode path does no work for absent draft tokens.
+/// d_v == kDk.
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
+__global__ void __launch_bounds__(32 * kWarps)
+    decode_step_kernel(const __grid_constant__ StepArgs p) {
+  constexpr int kThreads = 32 * kWarps;
   constexpr int kPerLane = kDk / 32;
-  constexpr int kRows = kBV / kWarps;            // rows per warp
-  constexpr int kGroup = kRows < 4 ? kRows : 4;  // rows per warp in flight while computing
-  static_assert(kDk <= kThreads && kDk % 32 == 0 && kBV % kWarps == 0 && kRows % kGroup == 0);
-  __shared__ __align__(16) float s_q[kT][kDk];
-  __shared__ __align__(16) float s_k[kT][kDk];
-  __shared__ __align__(16) float s_decay[kKda ? kT : 1][kDk];  // KDA: exp(g) per channel
-  __shared__ float s_v[kT][kBV];
-  __shared__ float s_gdn_decay[kT];  // GDN: exp(g)
-  __shared__ float s_beta[kT];
-  __shared__ float s_partial[2][kT][kWarps];
+  constexpr int kRowsPerWarp = kR / kWarps;
+  constexpr int kGroup = kRowsPerWarp < 4 ? kRowsPerWarp : 4;  // rows reduced side by side
+  constexpr int kGroups = kRowsPerWarp / kGroup;
+  constexpr int kStages = kGroups < 2 ? kGroups : 2;  // row groups held in registers
+  constexpr int kHeads = kR > kDk ? kR / kDk : 1;     // value heads a block touches
+  constexpr int kQkPerThread = (2 * kDk + kThreads - 1) / kThreads;
+  constexpr int kVPerThread = (kR + kThreads - 1) / kThreads;
+  static_assert(kDk % 32 == 0 && kR % kWarps == 0 && kRowsPerWarp % kGroup == 0);
+  static_assert(kR <= kDk || kR % kDk == 0);
+  __shared__ __align__(16) float s_qk[kT][2 * kDk];  // raw q | k after the conv
+  __shared__ __align__(16) float s_decay[kKda ? kT : 1][kKda ? kHeads : 1][kDk];  // KDA exp(g)
+  __shared__ float s_v[kT][kR];
+  __shared__ float s_gdn_decay[kT][kHeads];  // GDN exp(g)
+  __shared__ float s_beta[kT][kHeads];
+  __shared__ float s_rnorm[kWarps][kT][2];  // per warp: 1 / |q| (times scale), 1 / |k|
 
   const int b = blockIdx.y;
-  const int hv = blockIdx.x / p.n_vsplit;
-  const int v0 = (blockIdx.x % p.n_vsplit) * kBV;
   const int slot = p.slots[b];
-  if (slot < 0 || slot >= p.num_slots) return;  // padding (or an id outside the pool): skip
-  const int kh = hv / p.group;
+  if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
+  const int kh = blockIdx.x / p.cluster;
+  const int rank = blockIdx.x % p.cluster;  // == the block's rank in its (p.cluster, 1, 1) cluster
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int T = p.T;
+  const int T = kT == 1 ? 1 : p.T;
+  const int row0 = rank * kR;                                      // first row in the key head
+  const int hv0 = kh * p.group + row0 / kDk;                       // first value head of the block
+  const int warp_head = (row0 % kDk + warp * kRowsPerWarp) / kDk;  // local head of this warp
+  // Row offset of this warp's first row in a [.., HV, d_v, ..] array, from the (b or slot) base.
+  const int64_t warp_rows = int64_t(kh) * p.group * kDk + row0 + warp * kRowsPerWarp;
+  auto qk_channel = [&](int c) {
+    return (c < kDk ? 0 : int64_t(p.H) * kDk) + int64_t(kh) * kDk + c % kDk;
+  };
+  auto v_channel = [&](int r) {
+    return 2 * int64_t(p.H) * kDk + int64_t(kh) * p.group * kDk + row0 + r;
+  };
 
-  // Issue the first group's state loads before anything else.
-  Ts* const rows_ptr = static_cast<Ts*>(p.state) +
-                       ((int64_t(slot) * p.HV + hv) * p.d_v + v0 + warp * kRows) * kDk +
-                       lane * kPerLane;
-  float row[kGroup][kPerLane], next[kGroup][kPerLane];
+  // 1. The first kStages row groups' loads, before anything else.
+  Ts* const rows_ptr =
+      static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + warp_rows) * kDk + lane * kPerLane;
+  float buf[kStages][kGroup][kPerLane];
 #pragma unroll
-  for (int u = 0; u < kGroup; ++u) RowFragment<Ts, kPerLane>::load(rows_ptr + u * kDk, row[u]);
+  for (int s = 0; s < kStages; ++s)
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u)
+      RowFragment<Ts, kPerLane>::load(rows_ptr + (s * kGroup + u) * kDk, buf[s][u]);
 
-  // Gates (fp32): GDN one decay per token, KDA one per key channel; beta = sigmoid(b).
-  const float a_scale = expf(p.A_log[hv]);
+  // 2. The key head's 2 d_k q/k channels (every block of the cluster computes all of them; their
+  // windows are advanced by rank 0 once every block has read them, or at once without a cluster)
+  // and this block's v channels (its alone: advanced at once).
+  float qk_next[kQkPerThread][kMaxK - 1];
+#pragma unroll
+  for (int i = 0; i < kQkPerThread; ++i) {
+    const int c = tid + i * kThreads;
+    if (c < 2 * kDk) {
+      float y[kT];
+      conv_channel(p, b, T, slot, qk_channel(c), y, qk_next[i]);
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        if (t < T) s_qk[t][c] = y[t];
+      if (p.commit && p.cluster == 1) store_window(p, slot, qk_channel(c), qk_next[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kVPerThread; ++i) {
+    const int r = tid + i * kThreads;
+    if (r < kR) {
+      float y[kT], next[kMaxK - 1];
+      conv_channel(p, b, T, slot, v_channel(r), y, next);
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        if (t < T) s_v[t][r] = y[t];
+      if (p.commit) store_window(p, slot, v_channel(r), next);
+    }
+  }
+  // Every q/k window this block reads has been read: rank 0 may overwrite them after the wait.
+  if (p.cluster > 1) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+
+  // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
+  // beta = sigmoid(b).
   if constexpr (kKda) {
-    if (tid < kDk) {
-      const float bias = p.dt_bias[hv * kDk + tid];
+    for (int i = tid; i < T * kHeads * kDk; i += kThreads) {
+      const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
+      const int hv = hv0 + h;
+      const float f = load_any(p.a, p.a_bf16, ((int64_t(b) * T + t) * p.HV + hv) * kDk + c) +
+                      p.dt_bias[hv * kDk + c];
+      const float a_scale = expf(p.A_log[hv]);
+      const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * f) : -a_scale * softplus(f);
+      s_decay[t][h][c] = expf(g);
+    }
+  }
+  if (tid < T * kHeads) {
+    const int t = tid / kHeads, hv = hv0 + tid % kHeads;
+    const int64_t i = (int64_t(b) * T + t) * p.HV + hv;
+    if constexpr (!kKda) {
+      const float x = load_any(p.a, p.a_bf16, i) + p.dt_bias[hv];
+      s_gdn_decay[t][tid % kHeads] = expf(-expf(p.A_log[hv]) * softplus(x));
+    }
+    s_beta[t][tid % kHeads] = sigmoid(load_any(p.b, p.b_bf16, i));
+  }
+  __syncthreads();
+
+  // 5a. l2 norms, each warp for itself: 1 / |q| (times scale) and 1 / |k| per token.
+  for (int t = 0; t < T; ++t) {
+    float ss[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const float q = s_qk[t][lane * kPerLane + j], k = s_qk[t][kDk + lane * kPerLane + j];
+      ss[0] = fmaf(q, q, ss[0]);
+      ss[1] = fmaf(k, k, ss[1]);
+    }
+    warp_sum_n(ss);
+    if (lane == 0) {
+      s_rnorm[warp][t][0] = rsqrtf(ss[0] + kL2NormEps) * p.scale;
+      s_rnorm[warp][t][1] = rsqrtf(ss[1] + kL2NormEps);
+    }
+  }
+  __syncwarp();
+
+  // 5b. Row groups. Per token, per row: row *= decay;  v_hat = <row, k>;  delta = beta (v - v_hat);
+  // row += delta k;  o = <row, q>. The group's reductions run side by side.
+  static_assert(kGroups % kStages == 0);
+  for (int g0 = 0; g0 < kGroups; g0 += kStages) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const int gi = g0 + s;
+      float(&row)[kGroup][kPerLane] = buf[s];
+      const int r_warp = gi * kGroup;  // first row of the group within the warp
       for (int t = 0; t < T; ++t) {
-        const float f =
-            load_any(p.a, p.a_bf16, ((int64_t(b) * T + t) * p.HV + hv) * kDk + tid) + bias;
-        const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * f) : -a_scale * softplus(f);
-        s_decay[t][tid] = expf(g);
-      }
-    }
-  } else {
-    if (tid < T) {
-      const float x = load_any(p.a, p.a_bf16, (int64_t(b) * T + tid) * p.HV + hv) + p.dt_bias[hv];
-      s_gdn_decay[tid] = expf(-a_scale * softplus(x));
-    }
-  }
-  if (tid < T) s_beta[tid] = sigmoid(load_any(p.b, p.b_bf16, (int64_t(b) * T + tid) * p.HV + hv));
-
-  // q, k = silu(conv(...)) for key head kh, then l2norm (sums of squares reduced over the block).
-  float q[kT], k[kT];
-  if (tid < kDk) {
-    conv_channel(p, b, slot, int64_t(kh) * kDk + tid, q);
-    conv_channel(p, b, slot, int64_t(p.H + kh) * kDk + tid, k);
-  }
-#pragma unroll
-  for (int t = 0; t < kT; ++t) {
-    if (t >= T) break;
-    const float sq = warp_sum(tid < kDk ? q[t] * q[t] : 0.0f);
-    const float sk = warp_sum(tid < kDk ? k[t] * k[t] : 0.0f);
-    if (lane == 0) s_partial[0][t][warp] = sq, s_partial[1][t][warp] = sk;
-  }
-  // v channels of this block's rows.
-  if (tid < kBV) {
-    float v[kT];
-    conv_channel(p, b, slot, 2 * int64_t(p.H) * kDk + int64_t(hv) * p.d_v + v0 + tid, v);
-#pragma unroll
-    for (int t = 0; t < kT; ++t)
-      if (t < T) s_v[t][tid] = v[t];
-  }
-  __syncthreads();
-  if (tid < kDk) {
-#pragma unroll
-    for (int t = 0; t < kT; ++t) {
-      if (t >= T) break;
-      float nq = 0.0f, nk = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) nq += s_partial[0][t][w], nk += s_partial[1][t][w];
-      s_q[t][tid] = q[t] * (rsqrtf(nq + kL2NormEps) * p.scale);
-      s_k[t][tid] = k[t] * rsqrtf(nk + kL2NormEps);
-    }
-  }
-  __syncthreads();
-
-  // Groups of kGroup rows per warp: the next group's loads are issued before this group's math.
-  // Per token, per row: row *= decay;  v_hat = <row, k>;  delta = beta (v - v_hat);
-  // row += delta k;  o = <row, q>.  The rows' reductions run side by side.
-  for (int g0 = 0; g0 < kRows; g0 += kGroup) {
-    if (g0 + kGroup < kRows) {
-#pragma unroll
-      for (int u = 0; u < kGroup; ++u)
-        RowFragment<Ts, kPerLane>::load(rows_ptr + (g0 + kGroup + u) * kDk, next[u]);
-    }
-    const int r_base = warp * kRows + g0;
-    for (int t = 0; t < T; ++t) {
-      float kk[kPerLane], qq[kPerLane], dd[kPerLane];
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        kk[j] = s_k[t][lane * kPerLane + j];
-        qq[j] = s_q[t][lane * kPerLane + j];
-        dd[j] = kKda ? s_decay[t][lane * kPerLane + j] : s_gdn_decay[t];
-      }
-      float dot[kGroup];
-#pragma unroll
-      for (int u = 0; u < kGroup; ++u) {
-        dot[u] = 0.0f;
+        float kk[kPerLane], qq[kPerLane], dd[kPerLane];
+        const float rq = s_rnorm[warp][t][0], rk = s_rnorm[warp][t][1];
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
-          row[u][j] *= dd[j];
-          dot[u] = fmaf(row[u][j], kk[j], dot[u]);
+          qq[j] = s_qk[t][lane * kPerLane + j] * rq;
+          kk[j] = s_qk[t][kDk + lane * kPerLane + j] * rk;
+          dd[j] = kKda ? s_decay[t][warp_head][lane * kPerLane + j] : s_gdn_decay[t][warp_head];
+        }
+        float dot[kGroup];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          dot[u] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kPerLane; ++j) {
+            row[u][j] *= dd[j];
+            dot[u] = fmaf(row[u][j], kk[j], dot[u]);
+          }
+        }
+        warp_sum_n(dot);
+        const float beta = s_beta[t][warp_head];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const float delta = beta * (s_v[t][warp * kRowsPerWarp + r_warp + u] - dot[u]);
+          dot[u] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kPerLane; ++j) {
+            row[u][j] = fmaf(delta, kk[j], row[u][j]);
+            dot[u] = fmaf(row[u][j], qq[j], dot[u]);
+          }
+        }
+        warp_sum_n(dot);
+        // Lane u writes row u's output: the group's outputs are contiguous.
+        float mine = dot[0];
+#pragma unroll
+        for (int u = 1; u < kGroup; ++u)
+          if (lane == u) mine = dot[u];
+        const int64_t bt = int64_t(b) * T + t;
+        if (lane < kGroup)
+          store_any(p.o, p.o_bf16, bt * p.HV * kDk + warp_rows + r_warp + lane, mine);
+        if (!p.commit) {
+          Ts* step = static_cast<Ts*>(p.step_states) +
+                     (bt * p.HV * kDk + warp_rows + r_warp) * kDk + lane * kPerLane;
+#pragma unroll
+          for (int u = 0; u < kGroup; ++u) RowFragment<Ts, kPerLane>::store(step + u * kDk, row[u]);
         }
       }
-      warp_sum_n(dot);
-      const float beta = s_beta[t];
+      if (p.commit) {
 #pragma unroll
-      for (int u = 0; u < kGroup; ++u) {
-        const float delta = beta * (s_v[t][r_base + u] - dot[u]);
-        dot[u] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          row[u][j] = fmaf(delta, kk[j], row[u][j]);
-          dot[u] = fmaf(row[u][j], qq[j], dot[u]);
-        }
+        for (int u = 0; u < kGroup; ++u)
+          RowFragment<Ts, kPerLane>::store(rows_ptr + (r_warp + u) * kDk, row[u]);
       }
-      warp_sum_n(dot);
-      // Lane u writes row u's output: the group's outputs are contiguous.
-      float mine = dot[0];
+      if (gi + kStages < kGroups) {
 #pragma unroll
-      for (int u = 1; u < kGroup; ++u)
-        if (lane == u) mine = dot[u];
-      if (lane < kGroup)
-        store_any(p.o, p.o_bf16, ((int64_t(b) * T + t) * p.HV + hv) * p.d_v + v0 + r_base + lane,
-                  mine);
-      if (!p.commit) {
-        Ts* step = static_cast<Ts*>(p.step_states) +
-                   (((int64_t(b) * T + t) * p.HV + hv) * p.d_v + v0 + r_base) * kDk +
-                   lane * kPerLane;
-#pragma unroll
-        for (int u = 0; u < kGroup; ++u) RowFragment<Ts, kPerLane>::store(step + u * kDk, row[u]);
+        for (int u = 0; u < kGroup; ++u)
+          RowFragment<Ts, kPerLane>::load(rows_ptr + ((gi + kStages) * kGroup + u) * kDk, row[u]);
       }
     }
+  }
+
+  // 6. Cluster: once every block has read the q/k windows, rank 0 advances them.
+  if (p.cluster > 1) {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (p.commit && rank == 0) {
 #pragma unroll
-    for (int u = 0; u < kGroup; ++u) {
-      if (p.commit) RowFragment<Ts, kPerLane>::store(rows_ptr + (g0 + u) * kDk, row[u]);
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) row[u][j] = next[u][j];
+      for (int i = 0; i < kQkPerThread; ++i)
+        if (tid + i * kThreads < 2 * kDk)
+          store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
     }
   }
 }
 
-/// Advances each sequence's conv window by n tokens (n = T on decode, accepted[b] on commit):
-/// the new K-1 entries are the last K-1 of [old window | the first n new inputs]. One thread per
-/// channel reads everything it needs before writing, so the update is in place and race-free.
+/// After a verify call: advances each sequence's conv window by accepted[b] tokens: the new K-1
+/// entries are the last K-1 of [old window | the first n new inputs]. One thread per channel reads
+/// everything it needs before writing, so the update is in place and race-free.
 __global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_state,
                                     bool conv_bf16, const int32_t* slots, const int32_t* accepted,
                                     int64_t num_slots, int64_t conv_dim, int T, int K) {
-  // Launched as a programmatic dependent of the step kernel: resident early, it waits here for
-  // the step kernel to complete (it never triggers early), so every window read precedes the write.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int b = blockIdx.y;
   const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= conv_dim) return;
   const int slot = slots[b];
   if (slot < 0 || slot >= num_slots) return;
-  const int n = accepted ? accepted[b] : T;
+  const int n = accepted[b];
   if (n <= 0 || n > T) return;
   const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
   float next[kMaxK - 1];
@@ -395,30 +468,64 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
   }
 }
 
+/// The tilings compiled: {rows per block, warps per block}. (Capping registers so that 32 warps
+/// fit per SM at large batch spills 84-180 bytes per thread at d_k = 128: not compiled.)
+constexpr DecodeTiling kTilings[] = {{16, 4}, {32, 4}, {64, 4}, {128, 4}, {256, 4}, {256, 8}};
+
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
+Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
+  auto* kernel = decode_step_kernel<Ts, kKda, kDk, kR, kWarps, kT>;
+  if (args.cluster > 8) {  // beyond the portable cluster size: opt in once per instantiation
+    static std::once_flag once;
+    static cudaError_t set = cudaSuccess;
+    std::call_once(once, [&] {
+      set = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    });
+    HYLA_CUDA_CHECK(set);
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
+  config.blockDim = dim3(unsigned(32 * kWarps));
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(args.cluster);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = args.cluster > 1 ? 1 : 0;
+  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+  return ok_status();
+}
+
 template <typename Ts, bool kKda, int kDk, int kT>
-void launch_step_tokens(const StepArgs& args, int B, int bv, cudaStream_t stream) {
-  const dim3 grid(unsigned(args.HV * args.n_vsplit), unsigned(B));
-  switch (bv) {
-    case 8: decode_step_kernel<Ts, kKda, kDk, 8, kT><<<grid, kThreads, 0, stream>>>(args); break;
-    case 16: decode_step_kernel<Ts, kKda, kDk, 16, kT><<<grid, kThreads, 0, stream>>>(args); break;
-    default: decode_step_kernel<Ts, kKda, kDk, 64, kT><<<grid, kThreads, 0, stream>>>(args); break;
+Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
+  const int key = t.rows_per_block * 100 + t.warps;
+  switch (key) {
+    case 1604: return launch_tiled<Ts, kKda, kDk, 16, 4, kT>(args, B, stream);
+    case 3204: return launch_tiled<Ts, kKda, kDk, 32, 4, kT>(args, B, stream);
+    case 6404: return launch_tiled<Ts, kKda, kDk, 64, 4, kT>(args, B, stream);
+    case 12804: return launch_tiled<Ts, kKda, kDk, 128, 4, kT>(args, B, stream);
+    case 25604: return launch_tiled<Ts, kKda, kDk, 256, 4, kT>(args, B, stream);
+    case 25608: return launch_tiled<Ts, kKda, kDk, 256, 8, kT>(args, B, stream);
+    default:
+      return unsupported("gated_delta_rule_decode (CUDA): no tiling of ", t.rows_per_block,
+                         " rows per block with ", t.warps, " warps");
   }
 }
 
 template <typename Ts, bool kKda, int kDk>
-void launch_step(const StepArgs& args, int B, int bv, cudaStream_t stream) {
-  if (args.T == 1) {
-    launch_step_tokens<Ts, kKda, kDk, 1>(args, B, bv, stream);
-  } else {
-    launch_step_tokens<Ts, kKda, kDk, kMaxT>(args, B, bv, stream);
-  }
+Status launch_tokens(const StepArgs& args, int B, DecodeTiling rows, cudaStream_t stream) {
+  return args.T == 1 ? launch_rows<Ts, kKda, kDk, 1>(args, B, rows, stream)
+                     : launch_rows<Ts, kKda, kDk, kMaxT>(args, B, rows, stream);
 }
 
 template <typename Ts, bool kKda>
-Status dispatch_head_dim(const StepArgs& args, int d_k, int B, int bv, cudaStream_t stream) {
+Status launch_head_dim(const StepArgs& args, int d_k, int B, DecodeTiling rows,
+                       cudaStream_t stream) {
   switch (d_k) {
-    case 64: launch_step<Ts, kKda, 64>(args, B, bv, stream); return ok_status();
-    case 128: launch_step<Ts, kKda, 128>(args, B, bv, stream); return ok_status();
+    case 64: return launch_tokens<Ts, kKda, 64>(args, B, rows, stream);
+    case 128: return launch_tokens<Ts, kKda, 128>(args, B, rows, stream);
     default:
       return unsupported("gated_delta_rule_decode (CUDA): d_k = ", d_k, ", supported: 64, 128");
   }
@@ -426,7 +533,34 @@ Status dispatch_head_dim(const StepArgs& args, int d_k, int B, int bv, cudaStrea
 
 }  // namespace
 
-Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream_handle) {
+std::vector<DecodeTiling> decode_tilings() {
+  return std::vector<DecodeTiling>(std::begin(kTilings), std::end(kTilings));
+}
+
+int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
+  const int64_t rows = group * d_v, r = tiling.rows_per_block;
+  if (r <= 0 || rows % r != 0) return 0;
+  if (r > d_v && r % d_v != 0) return 0;
+  const int64_t cluster = rows / r;
+  if (cluster > 16) return 0;
+  return int(cluster);
+}
+
+DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v) {
+  // Measured on the H200 (docs/perf.md, sweep of every tiling): the largest blocks that still give
+  // every SM one; the whole key head per block (cluster of 1) as soon as there are enough key heads.
+  const int64_t target_blocks = 132;
+  DecodeTiling best{};
+  for (const DecodeTiling t : kTilings) {  // smallest first: the last one giving enough blocks
+    const int cluster = decode_cluster_size(t, group, d_v);
+    if (cluster == 0) continue;
+    if (best.rows_per_block == 0 || B * H * cluster >= target_blocks) best = t;
+  }
+  return best;
+}
+
+Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
+                                     Stream stream_handle) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle.handle);
   const int T = int(p.tokens_per_seq);
   const int B = int(p.qkv.size(0) / T);
@@ -435,11 +569,17 @@ Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream strea
   const int64_t conv_dim = p.qkv.size(1);
   const int H = int((conv_dim - int64_t(HV) * d_v) / (2 * d_k));
   const bool kda = p.a.ndim() == 3;
-  // Enough blocks to fill 132 SMs several times over: split small batches finely.
-  const int64_t heads = int64_t(B) * HV;
-  const int bv = heads >= 512 && d_v % 64 == 0 ? 64 : heads >= 64 && d_v % 16 == 0 ? 16 : 8;
-  if (d_v % bv != 0)
-    return unsupported("gated_delta_rule_decode (CUDA): d_v = ", d_v, " is not a multiple of 8");
+  if (d_v != d_k)
+    return unsupported("gated_delta_rule_decode (CUDA): d_v = ", d_v, " != d_k = ", d_k);
+  if (p.conv_weight.size(1) > kMaxK)
+    return unsupported("gated_delta_rule_decode (CUDA): conv kernel of ", p.conv_weight.size(1),
+                       " taps, at most ", kMaxK);
+  const int cluster = decode_cluster_size(tiling, HV / H, d_v);
+  if (cluster == 0)
+    return unsupported("gated_delta_rule_decode (CUDA): ", tiling.rows_per_block,
+                       " rows per block do not tile ", HV / H, " value heads of ", d_v, " rows");
+  if (tiling.warps != 4 && tiling.warps != 8)
+    return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
   if (B == 0) return ok_status();
 
   StepArgs args{};
@@ -467,46 +607,37 @@ Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream strea
   args.K = int(p.conv_weight.size(1));
   args.H = H;
   args.HV = HV;
-  args.d_v = d_v;
   args.group = HV / H;
-  args.n_vsplit = d_v / bv;
+  args.cluster = cluster;
   args.scale = p.scale > 0.0f ? p.scale : 1.0f / sqrtf(float(d_k));
   args.commit = p.commit;
 
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
-  Status s = bf16_state ? (kda ? dispatch_head_dim<uint16_t, true>(args, d_k, B, bv, stream)
-                               : dispatch_head_dim<uint16_t, false>(args, d_k, B, bv, stream))
-                        : (kda ? dispatch_head_dim<float, true>(args, d_k, B, bv, stream)
-                               : dispatch_head_dim<float, false>(args, d_k, B, bv, stream));
-  HYLA_RETURN_IF_ERROR(s);
-  HYLA_CUDA_CHECK(cudaGetLastError());
+  const DecodeTiling rows = tiling;
+  HYLA_RETURN_IF_ERROR(bf16_state
+                           ? (kda ? launch_head_dim<uint16_t, true>(args, d_k, B, rows, stream)
+                                  : launch_head_dim<uint16_t, false>(args, d_k, B, rows, stream))
+                           : (kda ? launch_head_dim<float, true>(args, d_k, B, rows, stream)
+                                  : launch_head_dim<float, false>(args, d_k, B, rows, stream)));
 
-  if (p.commit) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned((conv_dim + 255) / 256), unsigned(B));
-    config.blockDim = dim3(256);
-    config.stream = stream;
-    cudaLaunchAttribute dependent{};
-    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    dependent.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &dependent;
-    config.numAttrs = 1;
-    HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, conv_advance_kernel, p.qkv.raw(), args.qkv_bf16,
-                                       p.conv_state.raw(), args.conv_bf16, args.slots,
-                                       static_cast<const int32_t*>(nullptr), args.num_slots,
-                                       conv_dim, T, args.K));
-  }
   if (p.norm_weight.defined()) {
-    const int64_t rows = int64_t(B) * T * HV;
+    const int64_t rows_total = int64_t(B) * T * HV;
     const int warps_per_block = 8;
-    gated_norm_kernel<<<unsigned((rows + warps_per_block - 1) / warps_per_block),
+    gated_norm_kernel<<<unsigned((rows_total + warps_per_block - 1) / warps_per_block),
                         32 * warps_per_block, 0, stream>>>(
         p.o.raw(), args.o_bf16, p.norm_gate.raw(), p.norm_gate.dtype() == DType::kBF16,
-        p.norm_weight.data<float>(), args.slots, args.num_slots, rows, T * HV, d_v, p.norm_eps,
-        p.norm_act == GateActivation::kSilu);
+        p.norm_weight.data<float>(), args.slots, args.num_slots, rows_total, T * HV, d_v,
+        p.norm_eps, p.norm_act == GateActivation::kSilu);
     HYLA_CUDA_CHECK(cudaGetLastError());
   }
   return ok_status();
+}
+
+Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
+  const int64_t T = p.tokens_per_seq, B = p.qkv.size(0) / T;
+  const int64_t HV = p.state_pool.size(1), d_v = p.state_pool.size(2), d_k = p.state_pool.size(3);
+  const int64_t H = (p.qkv.size(1) - HV * d_v) / (2 * d_k);
+  return gated_delta_rule_decode_tiled(p, default_decode_tiling(B, H, HV / H, d_v), stream);
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {

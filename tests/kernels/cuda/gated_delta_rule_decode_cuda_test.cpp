@@ -3,18 +3,21 @@
 // each failure's trace; HYLA_TEST_SEED=<n> replays one). Cases: GDN and KDA (plain and safe gate),
 // GVA 1:1 and 2:1, d_k = d_v = 128 (and 64), f32 / bf16 state pools and activations, with and
 // without the fused gated norm, B in {1, 3, 33} (a padding slot -1 among B > 1), T in {1, 2, 4, 8},
-// and B HV = 520 for the large-batch launch shape; slot ids outside the pool are skipped.
+// and B HV = 520 for the large-batch launch shape, every tiling of the CUDA body (rows per block,
+// cluster size) on its own; slot ids outside the pool are skipped.
 // Every element of o, the state pool, the conv pool and (verify) the step states is compared;
 // padding rows must keep their poison on the GPU. Skipped when no CUDA device is visible.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/device_memory.h"
+#include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gated_delta_rule_decode_cases.h"
 #include "kernels/strided_views.h"  // bitwise_equal
@@ -131,10 +134,21 @@ void expect_pools_match(const DecodeCase& c, const DecodeTensors& gpu_back,
   EXPECT_CLOSE(gpu_back.conv_state, cpu.conv_state, kExact) << "conv pool";
 }
 
+/// The decode entry on the GPU, or its CUDA body with an explicit tiling.
+Status gpu_decode(const GatedDeltaRuleDecodeParams& p, std::optional<cuda::DecodeTiling> tiling) {
+  if (!tiling) return gated_delta_rule_decode(p);
+  HYLA_RETURN_IF_ERROR(check_gated_delta_rule_decode(p));
+  return cuda::gated_delta_rule_decode_tiled(p, *tiling, Stream{});
+}
+
 /// Decode (commit), then verify + commit with random accepted counts, on both devices from the
 /// same host inputs; outputs are poisoned (0xff) on both sides before each call.
-void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed) {
-  SCOPED_TRACE(str_cat(c.name(), "_B", B, "_T", T, " seed ", seed));
+void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed,
+                             std::optional<cuda::DecodeTiling> tiling = std::nullopt) {
+  SCOPED_TRACE(str_cat(
+      c.name(), "_B", B, "_T", T, " seed ", seed,
+      tiling ? str_cat(" tiling ", tiling->rows_per_block, " rows / ", tiling->warps, " warps")
+             : ""));
   std::mt19937 rng(seed);
   const std::vector<int32_t> slots = random_slots(B, rng);
   SCOPED_TRACE(str_cat("slots ", list_string(slots)));
@@ -147,7 +161,7 @@ void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t
     cpu.poison_outputs();
     gpu.poison_outputs();
     ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/true)));
-    ASSERT_OK(gated_delta_rule_decode(gpu.decode_params(/*commit=*/true)));
+    ASSERT_OK(gpu_decode(gpu.decode_params(/*commit=*/true), tiling));
     const DecodeTensors back = gpu.to(Device::cpu());
     expect_outputs_match(c, back, cpu, slots, /*verify=*/false);
     expect_pools_match(c, back, cpu);
@@ -163,7 +177,7 @@ void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t
     cpu.poison_outputs();
     gpu.poison_outputs();
     ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/false)));
-    ASSERT_OK(gated_delta_rule_decode(gpu.decode_params(/*commit=*/false)));
+    ASSERT_OK(gpu_decode(gpu.decode_params(/*commit=*/false), tiling));
     const DecodeTensors back = gpu.to(Device::cpu());
     expect_outputs_match(c, back, cpu, slots, /*verify=*/true);
     EXPECT_TRUE(testing::bitwise_equal(back.state_pool, host.state_pool))
@@ -254,6 +268,41 @@ TEST(GatedDeltaRuleDecodeCudaTest, LargeBatchMatchesCpu) {
       for (int64_t T : {1, 2}) expect_cuda_matches_cpu(c, /*B=*/65, T, seed + n++);
     }
   }
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
+  // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
+  // every geometry it can serve: cluster sizes 1 to 16, blocks inside one value head and blocks
+  // spanning several (GVA 2:1 and 4:1), both head dims, both pool dtypes.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  uint32_t n = 0, runs = 0;
+  const DecodeCase cases[] = {
+      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128, .pool = kF32},
+      {.gate = DecodeGate::kKdaSafe, .H = 2, .HV = 2, .d_k = 128, .d_v = 128, .pool = kBF16},
+      {.gate = DecodeGate::kKda, .H = 1, .HV = 4, .d_k = 64, .d_v = 64, .pool = kF32},
+      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
+  };
+  for (const DecodeCase& c : cases) {
+    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
+      if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
+      for (int64_t T : {1, 3}) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
+      ++runs;
+    }
+  }
+  EXPECT_GE(runs, 20u) << "fewer tilings covered than the kernel is compiled for";
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  std::mt19937 rng(base_seed());
+  // One value head of 128 rows per key head: a 256-row block cannot tile it.
+  const DecodeCase c{.gate = DecodeGate::kKda, .H = 1, .HV = 1, .d_k = 128, .d_v = 128};
+  DecodeTensors gpu =
+      testing::make_decode_tensors(c, /*B=*/1, /*T=*/1, {0}, 1, rng).to(Device::cuda());
+  const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 4});
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
+  EXPECT_NE(s.message().find("256 rows per block"), std::string::npos) << s.to_string();
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, GatedNormMatchesCpu) {

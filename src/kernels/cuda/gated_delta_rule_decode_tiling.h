@@ -1,0 +1,42 @@
+// How the CUDA body of gated_delta_rule_decode tiles its work, exposed so that the GPU tests can
+// cover every tiling against the CPU body and the benchmark can sweep them; callers use
+// kernels::gated_delta_rule_decode, which picks a tiling by batch size.
+//
+// Unit of work: one (sequence, key head): the rows (value channels) of its `group` value heads,
+// contiguous in the pool, plus its 2 d_k q/k channels. A tiling cuts those group d_v rows into
+// thread blocks of `rows_per_block`; the blocks of one key head form a thread-block cluster that
+// each computes the key head's q/k conv (its threads share it through shared memory); a v channel
+// is read by one block, which advances its window at once, and the q/k windows are advanced by the
+// cluster's rank 0 after a cluster barrier says every block has read them. So the whole step,
+// conv window included, is one kernel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/gated_delta_rule_decode.h"
+
+namespace hyla::kernels::cuda {
+
+struct DecodeTiling {
+  int rows_per_block = 0;  ///< must divide group d_v
+  int warps = 4;           ///< warps per block
+};
+
+/// The tilings the kernel is compiled for, smallest blocks first.
+std::vector<DecodeTiling> decode_tilings();
+
+/// Cluster size of a tiling: group d_v / rows_per_block (1..16), or 0 when the tiling cannot
+/// serve this geometry.
+int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v);
+
+/// The tiling gated_delta_rule_decode uses for B sequences of H key heads of group d_v rows.
+DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v);
+
+/// gated_delta_rule_decode with an explicit tiling (arguments already checked by the caller).
+Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
+                                     Stream stream);
+
+}  // namespace hyla::kernels::cuda
