@@ -246,6 +246,7 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, std::
   } else {
     std::fprintf(out, "%s\n", rest.c_str());
   }
+  std::fflush(out);  // the text ends before the speed line on a shared terminal
   // Decode speed: the tokens after the first, over the time after the first (the first token's
   // time is the prompt's prefill).
   const double decode_s = seconds - first_token_s;
