@@ -78,7 +78,7 @@ def render(stats, ref, config):
         f"{tr['schedule']}; {tr['precision']}; Gated DeltaNet ops: {tr['gdn_kernels']}.",
         f"- The checkpoint kept is the one with the lowest loss on {tr['val_documents']} validation documents "
         f"taken out of the training text (step {tr['best_step']}, loss {tr['best_val_loss']:.3f}).",
-        f"- Versions: " + ", ".join(f"{k} {v}" for k, v in stats.get("versions", {}).items() if v) + ".",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in stats.get("versions", {}).items() if v) + ".",
         "",
         "## Held-out perplexity",
         "",

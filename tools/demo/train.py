@@ -132,10 +132,10 @@ def train_tokenizer(docs, vocab_size, out_dir):
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=2,
@@ -155,9 +155,12 @@ def train_tokenizer(docs, vocab_size, out_dir):
     ]}
     spec["post_processor"] = dict(BYTE_LEVEL)
     spec["decoder"] = dict(BYTE_LEVEL)
-    spec["model"].update({"dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                          "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
-                          "ignore_merges": False})
+    # Only keys this tokenizers version writes (an unknown key could break loading).
+    for key, value in {"dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                       "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False,
+                       "ignore_merges": False}.items():
+        if key in spec["model"]:
+            spec["model"][key] = value
     added = spec.get("added_tokens") or []
     if len(added) != 1 or added[0]["content"] != EOS:
         raise Failure(f"tokenizer: expected one added token {EOS}, got {added}")
@@ -222,8 +225,25 @@ def encode_stream(tok, docs, eos_id):
 
 
 # ----------------------------------------------------------------------------- model
+def resolve(name, submodule):
+    """A transformers class by name: the top-level export, else its module under models/qwen3_5."""
+    import importlib
+
+    import transformers
+
+    obj = getattr(transformers, name, None)
+    if obj is None:
+        try:
+            obj = getattr(importlib.import_module(f"transformers.models.qwen3_5.{submodule}"), name, None)
+        except Exception as e:
+            raise Failure(f"transformers {transformers.__version__} has no {name} ({e}); transformers 5.x is needed")
+    if obj is None:
+        raise Failure(f"transformers {transformers.__version__} has no {name}; transformers 5.x is needed")
+    return obj
+
+
 def build_config(s, vocab_size, eos_id):
-    from transformers import Qwen3_5TextConfig
+    Qwen3_5TextConfig = resolve("Qwen3_5TextConfig", "configuration_qwen3_5")
 
     rotary = int(s["head_dim"] * 0.25) // 2  # frequencies of the partial RoPE
     layer_types = ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(s["layers"])]
@@ -271,7 +291,8 @@ def build_config(s, vocab_size, eos_id):
 
 def build_model(cfg, attn):
     import torch
-    from transformers import Qwen3_5ForCausalLM
+
+    Qwen3_5ForCausalLM = resolve("Qwen3_5ForCausalLM", "modeling_qwen3_5")
 
     try:
         model = Qwen3_5ForCausalLM._from_config(cfg, attn_implementation=attn, dtype=torch.float32)
@@ -486,8 +507,8 @@ def run_reference(args):
     block_optional_kernels()
     import torch
     from tokenizers import Tokenizer
-    from transformers import Qwen3_5ForCausalLM
 
+    Qwen3_5ForCausalLM = resolve("Qwen3_5ForCausalLM", "modeling_qwen3_5")
     torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -568,8 +589,26 @@ def versions():
     return v
 
 
+def check_packages():
+    """torch, transformers 5.x, tokenizers and safetensors must import; say which one does not."""
+    missing = []
+    for name in ("torch", "transformers", "tokenizers", "safetensors"):
+        try:
+            __import__(name)
+        except Exception as e:
+            missing.append(f"{name} ({type(e).__name__}: {e})")
+    if missing:
+        raise Failure("cannot import " + ", ".join(missing) + ": run this where torch, transformers 5.x "
+                      "and tokenizers are installed (the project's GPU machine)")
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        raise Failure(f"transformers {transformers.__version__}: Qwen3_5ForCausalLM needs transformers 5.x")
+
+
 def run_training(args):
     t_start = time.time()
+    check_packages()
     import torch
 
     s = dict(SIZES["smoke" if args.smoke else "full"])
