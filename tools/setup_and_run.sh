@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the packages, builds Hyla (Release, in build/, CUDA when nvcc is found) and runs the main
-# job: `hyla selfcheck`, the CPU self-check and short benchmark of the delta-rule core (it uses
-# CUDA when the build has it and a GPU is visible). Idempotent. Arguments go to `hyla selfcheck`.
+# job: `hyla generate "<prompt>"`, which streams an English continuation from the embedded demo
+# model (models/hyla-demo: a small Qwen3.5 with its own tokenizer, see its MODEL_CARD.md) on the
+# CPU. Without that model (not trained yet) it runs `hyla selfcheck` instead and says so.
+# Idempotent. Arguments go to `hyla generate` (default: a prompt of its own), e.g.
+#   bash tools/setup_and_run.sh "The old house at the end of the road" --max-new-tokens 200
 # Environment: HYLA_CUDA=AUTO|ON|OFF (default AUTO), HYLA_BUILD_DIR (default build/).
 set -euo pipefail
 
@@ -17,4 +20,16 @@ generator=()
 cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON -DCMAKE_BUILD_TYPE=Release \
   -DHYLA_SANITIZE=OFF -DHYLA_CUDA="${HYLA_CUDA:-AUTO}"
 cmake --build "$build_dir" --target hyla_cli
-"$build_dir/bin/hyla" selfcheck "$@"
+
+# Idle OpenMP workers sleep instead of spinning: a tiny model's decode step is short, and on a
+# small or shared machine spinning threads take the cores the working ones need.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+if [[ ! -f models/hyla-demo/model.safetensors ]]; then
+  echo "setup_and_run.sh: models/hyla-demo has no model yet (tools/demo/train.py makes it, see" \
+    "models/README.md); running the CPU self-check instead"
+  exec "$build_dir/bin/hyla" selfcheck
+fi
+if [[ $# -eq 0 ]]; then
+  set -- "It was a bright cold morning, and"
+fi
+exec "$build_dir/bin/hyla" generate "$@"

@@ -1,7 +1,8 @@
 // The `hyla` command. Subcommands: selfcheck (CPU check + short benchmark of the delta-rule core),
-// inspect (a checkpoint's tensors per layer and role), generate (token ids in, generated ids out,
-// through the runtime engine), tokenize / detokenize (text <-> ids through a tokenizer.json; only
-// in builds with PCRE2). Later issues add serve and bench.
+// inspect (a checkpoint's tensors per layer and role), generate (a prompt text in, text streamed
+// out, by default on the embedded demo model; or token ids in, ids out; through the runtime
+// engine), tokenize / detokenize (text <-> ids through a tokenizer.json; only in builds with
+// PCRE2). Later issues add serve and bench.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -33,25 +34,36 @@ int main(int argc, char** argv) {
 
   hyla::cli::GenerateOptions generate;
   CLI::App* gen = app.add_subcommand(
-      "generate", "generate token ids for one or more prompts of token ids, batched");
-  gen->add_option("--model", generate.model_dir, "checkpoint folder (config.json + safetensors)")
-      ->required();
+      "generate",
+      "continue a prompt text, streaming text (default model: the embedded demo model), or "
+      "generate token ids for prompts of token ids (--prompt-ids), batched");
+  gen->add_option("prompt", generate.prompt_text,
+                  "the prompt text (needs a build with the tokenizer and DIR/tokenizer.json)");
+  gen->add_option("--model", generate.model_dir,
+                  "checkpoint folder (config.json + safetensors [+ tokenizer.json]); default: the "
+                  "embedded demo model, models/hyla-demo ($HYLA_DEMO_MODEL overrides)");
   gen->add_option("--prompt-ids", generate.prompt_ids,
                   "a prompt as token ids, e.g. \"1 2 3\"; repeat for more prompts")
-      ->required()
       ->allow_extra_args(false);
-  gen->add_option("--max-new-tokens", generate.max_new_tokens, "tokens to generate per prompt")
+  gen->add_option("--tokenizer", generate.tokenizer_path,
+                  "tokenizer.json for a text prompt (default: the model folder's)");
+  gen->add_option("--max-new-tokens", generate.max_new_tokens,
+                  "tokens to generate per prompt (default 128 for text, 16 for ids)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  gen->add_option("--temperature", generate.temperature, "0 = greedy")
+  gen->add_option("--temperature", generate.temperature,
+                  "0 = greedy (default 0.8 for text, 0 for ids)")
       ->check(CLI::Range(0.0f, 100.0f));
   gen->add_option("--top-k", generate.top_k, "keep the k best tokens (0 = off)")
       ->check(CLI::NonNegativeNumber);
-  gen->add_option("--top-p", generate.top_p, "nucleus mass (1 = off)")
+  gen->add_option("--top-p", generate.top_p,
+                  "nucleus mass, 1 = off (default 0.95 for text, 1 for ids)")
       ->check(CLI::Range(0.0f, 1.0f));
   gen->add_option("--seed", generate.seed, "seed of the sampling draws");
   gen->add_option("--budget-mib", generate.budget_mib, "memory for state slots + KV pages")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  gen->add_flag("--json", generate.json, "print one JSON object instead of lines of ids");
+  gen->add_flag("--ignore-eos", generate.ignore_eos, "text: do not stop at the end-of-text token");
+  gen->add_flag("--json", generate.json,
+                "print one JSON object instead of lines of ids or streamed text");
 
 #ifdef HYLA_WITH_PCRE2
   std::string tokenizer_path;
