@@ -64,6 +64,8 @@ int run_generate(const GenerateOptions& options, std::FILE* out, std::FILE* err)
     std::fprintf(err, "hyla generate: %s\n", model.status().message().c_str());
     return 1;
   }
+  for (const std::string& warning : model.value()->config().warnings)
+    std::fprintf(err, "hyla generate: warning: %s\n", warning.c_str());
   runtime::EngineOptions engine_options;
   engine_options.memory_budget_bytes = options.budget_mib << 20;
   Result<std::unique_ptr<runtime::Engine>> engine =

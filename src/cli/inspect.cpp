@@ -1,7 +1,9 @@
 // `hyla inspect MODEL_DIR | CONFIG.json`: the architecture's mapping table, per layer kind, with
 // tensors grouped by role, shapes, dtypes (when a checkpoint is there), parameter counts and
 // shares; then the linear-attention accounting the seed does for Kimi K3 (gates vs content
-// projections).
+// projections) and the model's parameters per role (Kimi K3: Attention-Residual pairs and the
+// latent MoE projections included). Config warnings (a vision tower that is not read) go to
+// stderr.
 #include "cli/inspect.h"
 
 #include <cstdio>
@@ -127,6 +129,8 @@ int run_inspect(const std::string& path) {
   const std::vector<WeightSpec> specs = loaded->arch->checkpoint_weights(c);
   int64_t total = 0;
   for (const WeightSpec& s : specs) total += s.numel();
+  for (const std::string& warning : c.warnings)
+    std::fprintf(stderr, "hyla inspect: warning: %s\n", warning.c_str());
   std::printf("%s: %s\n", path.c_str(), loaded->arch->description);
   std::printf("model_type %s, %lld layers, hidden %lld, vocab %lld, %s parameters in %zu tensors\n",
               c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
@@ -182,6 +186,23 @@ int run_inspect(const std::string& path) {
     std::printf("    content / output projections (q/k/v/g/o matrices): %s = %.2f%%\n",
                 grouped(a.projections).c_str(), percent(a.projections, a.per_layer));
   }
+
+  // Totals per role over the whole model.
+  std::map<WeightRole, std::pair<int64_t, int64_t>> by_role;  // role -> tensors, parameters
+  for (const WeightSpec& s : specs) {
+    ++by_role[s.role].first;
+    by_role[s.role].second += s.numel();
+  }
+  std::printf("\nparameters by role\n");
+  for (const auto& [role, count] : by_role)
+    std::printf("  %-22s %8lld tensors %22s = %6.2f%%\n", model::weight_role_name(role),
+                (long long)count.first, grouped(count.second).c_str(),
+                percent(count.second, total));
+  if (c.attn_res_block_size > 0)
+    std::printf(
+        "  Attention Residuals: blocks of %lld layers, %lld block snapshots per token "
+        "(embedding first)\n",
+        (long long)c.attn_res_block_size, (long long)c.attn_res_blocks());
 
   // Checkpoint agreement.
   if (ckpt) {

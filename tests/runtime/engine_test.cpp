@@ -305,7 +305,10 @@ TEST_P(EngineTest, AdmissionWaitsForFreeMemory) {
     const double slack = 0.25 * std::min(slot, page);
     const double state_share = limit.slots * slot + slack, kv_share = limit.pages * page + slack;
     EngineOptions options = base;
-    options.memory_budget_bytes = int64_t(state_share + kv_share);
+    // plus the per-step scratch the plan reserves first (Attention Residuals: K3)
+    options.memory_budget_bytes =
+        int64_t(state_share + kv_share) +
+        model::attn_res_scratch_bytes_per_token(config) * base.max_batch_tokens;
     options.state_ratio = state_share / kv_share;
     std::unique_ptr<Engine> engine = make_engine(*g.model, options);
     ASSERT_EQ(
