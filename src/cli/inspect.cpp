@@ -66,7 +66,11 @@ std::string layer_list(const std::vector<int64_t>& layers) {
   return s;
 }
 
-void print_group(const LayerGroup& g, const model::Checkpoint* ckpt) {
+/// Mapping-table name -> the name the checkpoint stores it under (where the architecture
+/// resolves it to another spelling).
+using NameMap = std::map<std::string, std::string>;
+
+void print_group(const LayerGroup& g, const model::Checkpoint* ckpt, const NameMap& stored_as) {
   std::printf("\nlayers %s (%zu x): %s mixer, %s MLP\n", layer_list(g.layers).c_str(),
               g.layers.size(), model::mixer_kind_name(g.mixer),
               g.mlp == model::MlpKind::kMoe ? "MoE" : "dense");
@@ -91,7 +95,9 @@ void print_group(const LayerGroup& g, const model::Checkpoint* ckpt) {
       continue;
     }
     for (const WeightSpec* s : specs) {
-      const model::TensorEntry* e = ckpt ? ckpt->find(s->name) : nullptr;
+      const auto stored = stored_as.find(s->name);
+      const model::TensorEntry* e =
+          ckpt ? ckpt->find(stored != stored_as.end() ? stored->second : s->name) : nullptr;
       const std::string dtype = e ? std::string(model::safetensors_dtype_name(e->dtype)) : "-";
       char share[16] = "";
       if (model::is_mixer_role(role))
@@ -167,7 +173,15 @@ int run_inspect(const std::string& path) {
     if (fresh) groups.push_back({c.mixers[size_t(i)], c.mlps[size_t(i)], {}, per_layer[size_t(i)]});
     groups[it->second].layers.push_back(i);
   }
-  for (const LayerGroup& g : groups) print_group(g, ckpt ? &*ckpt : nullptr);
+  // The checkpoint's own spelling of each tensor (aliases, stored shapes the loader accepts).
+  std::vector<WeightSpec> resolved = specs;
+  NameMap stored_as;
+  if (ckpt && loaded->arch->resolve_weights) {
+    loaded->arch->resolve_weights(*ckpt, c, resolved);
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (resolved[i].name != specs[i].name) stored_as.emplace(specs[i].name, resolved[i].name);
+  }
+  for (const LayerGroup& g : groups) print_group(g, ckpt ? &*ckpt : nullptr, stored_as);
 
   // The seed's accounting, per mixer kind over the whole model.
   std::printf("\nmixer accounting\n");
@@ -206,7 +220,7 @@ int run_inspect(const std::string& path) {
 
   // Checkpoint agreement.
   if (ckpt) {
-    Status check = model::check_checkpoint(*ckpt, specs);
+    Status check = model::check_checkpoint(*ckpt, resolved);
     std::printf("\ncheckpoint: %s\n", check.ok() ? "every tensor present with the expected shape"
                                                  : check.message().c_str());
     return check.ok() ? 0 : 1;

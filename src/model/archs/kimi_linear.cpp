@@ -438,6 +438,11 @@ void resolve_spec(const Checkpoint& ckpt, const ModelConfig& c, WeightSpec& spec
   }
 }
 
+void resolve_kimi_weights(const Checkpoint& ckpt, const ModelConfig& c,
+                          std::vector<WeightSpec>& specs) {
+  for (WeightSpec& spec : specs) resolve_spec(ckpt, c, spec);
+}
+
 /// A copy of `t` (contiguous) with a new shape of the same numel.
 Tensor reshaped(const Tensor& t, std::initializer_list<int64_t> shape) {
   Tensor out = Tensor::empty(shape, t.dtype());
@@ -590,7 +595,7 @@ Result<std::unique_ptr<Model>> load_kimi(const ModelConfig& config, const Checkp
   ModelConfig c = config;  // the loader's warnings join the config's
   const std::vector<WeightSpec> table = kimi_weights(c);
   std::vector<WeightSpec> resolved = table;
-  for (WeightSpec& spec : resolved) resolve_spec(ckpt, c, spec);
+  resolve_kimi_weights(ckpt, c, resolved);
   HYLA_RETURN_IF_ERROR(check_not_packed(ckpt, resolved));
   HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, resolved));
   const KimiLoader load(c, ckpt, table, resolved, c.warnings);
@@ -614,13 +619,17 @@ Result<std::unique_ptr<Model>> load_kimi(const ModelConfig& config, const Checkp
 
 }  // namespace
 
-extern const Architecture kKimiLinearArchitecture{"kimi_linear",
-                                                  "Kimi-Linear: KDA + NoPE MLA, sigmoid-routed MoE",
-                                                  parse_kimi_linear, kimi_weights, load_kimi};
+extern const Architecture kKimiLinearArchitecture{
+    "kimi_linear",     "Kimi-Linear: KDA + NoPE MLA, sigmoid-routed MoE",
+    parse_kimi_linear, kimi_weights,
+    load_kimi,         resolve_kimi_weights};
 extern const Architecture kKimiK3Architecture{
     "kimi_k3",
     "Kimi K3 text decoder: KDA (full-rank output gate, safe gate) + gated NoPE MLA, latent MoE "
     "with SiTU, Attention Residuals",
-    parse_kimi_k3, kimi_weights, load_kimi};
+    parse_kimi_k3,
+    kimi_weights,
+    load_kimi,
+    resolve_kimi_weights};
 
 }  // namespace hyla::model
