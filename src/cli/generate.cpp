@@ -96,6 +96,8 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, std::F
 
   Result<std::unique_ptr<model::Model>> model = model::load_model(model_dir);
   if (!model.ok()) return fail(err, model.status().message());
+  for (const std::string& warning : model.value()->config().warnings)
+    std::fprintf(err, "hyla generate: warning: %s\n", warning.c_str());
   runtime::EngineOptions engine_options;
   engine_options.memory_budget_bytes = options.budget_mib << 20;
   Result<std::unique_ptr<runtime::Engine>> engine =
@@ -187,6 +189,8 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, std::
   const model::ModelConfig& config = model.value()->config();
   std::fprintf(err, " (%s, %lld layers)", config.model_type.c_str(),
                static_cast<long long>(config.num_layers));
+  for (const std::string& warning : config.warnings)
+    std::fprintf(err, "\nhyla generate: warning: %s", warning.c_str());
   if (tokenizer->vocab_size() > config.vocab_size)
     return fail(err, str_cat("\nthe tokenizer has ", tokenizer->vocab_size(),
                              " tokens, more than the model's vocabulary of ", config.vocab_size));

@@ -1,7 +1,9 @@
 // `hyla inspect MODEL_DIR | CONFIG.json`: the architecture's mapping table, per layer kind, with
 // tensors grouped by role, shapes, dtypes (when a checkpoint is there), parameter counts and
 // shares; then the linear-attention accounting the seed does for Kimi K3 (gates vs content
-// projections).
+// projections) and the model's parameters per role (Kimi K3: Attention-Residual pairs and the
+// latent MoE projections included). Config warnings (a vision tower that is not read) go to
+// stderr.
 #include "cli/inspect.h"
 
 #include <cstdio>
@@ -64,7 +66,11 @@ std::string layer_list(const std::vector<int64_t>& layers) {
   return s;
 }
 
-void print_group(const LayerGroup& g, const model::Checkpoint* ckpt) {
+/// Mapping-table name -> the name the checkpoint stores it under (where the architecture
+/// resolves it to another spelling).
+using NameMap = std::map<std::string, std::string>;
+
+void print_group(const LayerGroup& g, const model::Checkpoint* ckpt, const NameMap& stored_as) {
   std::printf("\nlayers %s (%zu x): %s mixer, %s MLP\n", layer_list(g.layers).c_str(),
               g.layers.size(), model::mixer_kind_name(g.mixer),
               g.mlp == model::MlpKind::kMoe ? "MoE" : "dense");
@@ -89,7 +95,9 @@ void print_group(const LayerGroup& g, const model::Checkpoint* ckpt) {
       continue;
     }
     for (const WeightSpec* s : specs) {
-      const model::TensorEntry* e = ckpt ? ckpt->find(s->name) : nullptr;
+      const auto stored = stored_as.find(s->name);
+      const model::TensorEntry* e =
+          ckpt ? ckpt->find(stored != stored_as.end() ? stored->second : s->name) : nullptr;
       const std::string dtype = e ? std::string(model::safetensors_dtype_name(e->dtype)) : "-";
       char share[16] = "";
       if (model::is_mixer_role(role))
@@ -127,6 +135,8 @@ int run_inspect(const std::string& path) {
   const std::vector<WeightSpec> specs = loaded->arch->checkpoint_weights(c);
   int64_t total = 0;
   for (const WeightSpec& s : specs) total += s.numel();
+  for (const std::string& warning : c.warnings)
+    std::fprintf(stderr, "hyla inspect: warning: %s\n", warning.c_str());
   std::printf("%s: %s\n", path.c_str(), loaded->arch->description);
   std::printf("model_type %s, %lld layers, hidden %lld, vocab %lld, %s parameters in %zu tensors\n",
               c.model_type.c_str(), (long long)c.num_layers, (long long)c.hidden_size,
@@ -163,7 +173,15 @@ int run_inspect(const std::string& path) {
     if (fresh) groups.push_back({c.mixers[size_t(i)], c.mlps[size_t(i)], {}, per_layer[size_t(i)]});
     groups[it->second].layers.push_back(i);
   }
-  for (const LayerGroup& g : groups) print_group(g, ckpt ? &*ckpt : nullptr);
+  // The checkpoint's own spelling of each tensor (aliases, stored shapes the loader accepts).
+  std::vector<WeightSpec> resolved = specs;
+  NameMap stored_as;
+  if (ckpt && loaded->arch->resolve_weights) {
+    loaded->arch->resolve_weights(*ckpt, c, resolved);
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (resolved[i].name != specs[i].name) stored_as.emplace(specs[i].name, resolved[i].name);
+  }
+  for (const LayerGroup& g : groups) print_group(g, ckpt ? &*ckpt : nullptr, stored_as);
 
   // The seed's accounting, per mixer kind over the whole model.
   std::printf("\nmixer accounting\n");
@@ -183,9 +201,26 @@ int run_inspect(const std::string& path) {
                 grouped(a.projections).c_str(), percent(a.projections, a.per_layer));
   }
 
+  // Totals per role over the whole model.
+  std::map<WeightRole, std::pair<int64_t, int64_t>> by_role;  // role -> tensors, parameters
+  for (const WeightSpec& s : specs) {
+    ++by_role[s.role].first;
+    by_role[s.role].second += s.numel();
+  }
+  std::printf("\nparameters by role\n");
+  for (const auto& [role, count] : by_role)
+    std::printf("  %-22s %8lld tensors %22s = %6.2f%%\n", model::weight_role_name(role),
+                (long long)count.first, grouped(count.second).c_str(),
+                percent(count.second, total));
+  if (c.attn_res_block_size > 0)
+    std::printf(
+        "  Attention Residuals: blocks of %lld layers, %lld block snapshots per token "
+        "(embedding first)\n",
+        (long long)c.attn_res_block_size, (long long)c.attn_res_blocks());
+
   // Checkpoint agreement.
   if (ckpt) {
-    Status check = model::check_checkpoint(*ckpt, specs);
+    Status check = model::check_checkpoint(*ckpt, resolved);
     std::printf("\ncheckpoint: %s\n", check.ok() ? "every tensor present with the expected shape"
                                                  : check.message().c_str());
     return check.ok() ? 0 : 1;

@@ -76,6 +76,12 @@ Result<LoadedConfig> load_config(const std::string& path) {
     return unsupported(file, ": model_type '", model_type,
                        "' is not supported; supported: ", supported_model_types());
   HYLA_ASSIGN_OR_RETURN(ModelConfig config, arch->parse_config(text, file));
+  // Multimodal wrappers (kimi_k3): only the text decoder is supported; say so, do not refuse.
+  if (&text != &json && json.contains("vision_config") && !json["vision_config"].is_null())
+    config.warnings.push_back(
+        str_cat(file, ": has a vision_config (", model_type,
+                "'s vision tower): out of scope, only the text decoder in text_config is read; "
+                "image inputs are not supported"));
   return LoadedConfig{arch, std::move(config)};
 }
 

@@ -27,6 +27,10 @@ struct Architecture {
   std::vector<WeightSpec> (*checkpoint_weights)(const ModelConfig& config);
   /// Loads (and fuses) the weights into a Model.
   Result<std::unique_ptr<Model>> (*load)(const ModelConfig& config, const Checkpoint& checkpoint);
+  /// Adapts mapping-table entries to a checkpoint's spelling where it differs in a way the loader
+  /// accepts (another name, another stored shape); nullptr when the table is used as is.
+  void (*resolve_weights)(const Checkpoint& checkpoint, const ModelConfig& config,
+                          std::vector<WeightSpec>& specs);
 };
 
 /// nullptr when unknown.

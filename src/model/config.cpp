@@ -23,6 +23,10 @@ int64_t ModelConfig::num_layers_of(MixerKind kind) const {
   return n;
 }
 
+int64_t ModelConfig::attn_res_blocks() const {
+  return attn_res_block_size > 0 ? (num_layers + attn_res_block_size - 1) / attn_res_block_size : 0;
+}
+
 Status validate(const ModelConfig& c, const std::string& source) {
   auto bad = [&](const auto&... what) {
     return invalid_argument(source, ": inconsistent config (", c.model_type, "): ", what...);
@@ -66,11 +70,19 @@ Status validate(const ModelConfig& c, const std::string& source) {
       return bad("MoE needs experts > 0, 0 < top_k <= experts and an intermediate size, got ",
                  m.num_experts, " experts, top_k ", m.top_k, ", intermediate ",
                  m.expert_intermediate);
+    if (m.latent_dim < 0)
+      return bad("routed_expert_hidden_size is ", m.latent_dim, ", expected >= 0");
     if (m.num_groups < 1 || m.num_experts % m.num_groups || m.topk_groups < 1 ||
         m.topk_groups > m.num_groups)
       return bad("expert groups: ", m.num_experts, " experts in ", m.num_groups, " groups, keep ",
                  m.topk_groups);
   }
+  if (c.attn_res_block_size < 0)
+    return bad("attn_res_block_size is ", c.attn_res_block_size, ", expected >= 0 (0 = none)");
+  if (c.mlp_activation.kind == GluKind::kSitu &&
+      !(c.mlp_activation.beta > 0.0f && c.mlp_activation.linear_beta > 0.0f))
+    return bad("SiTU betas must be > 0, got activation_situ_beta ", c.mlp_activation.beta,
+               " and activation_situ_linear_beta ", c.mlp_activation.linear_beta);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     if (c.mlps[size_t(i)] == MlpKind::kDense && c.intermediate_size <= 0)
       return bad("layer ", i, " has a dense MLP but intermediate_size is ", c.intermediate_size);

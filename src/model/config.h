@@ -20,6 +20,14 @@ enum class MixerKind : uint8_t {
 };
 /// The feed-forward block of a decoder layer.
 enum class MlpKind : uint8_t { kDense, kMoe };
+/// The gated activation of every MLP and expert: silu(gate) * up (SwiGLU) or Kimi K3's SiTU-GLU
+/// beta tanh(gate / beta) sigmoid(gate) * linear_beta tanh(up / linear_beta).
+enum class GluKind : uint8_t { kSilu, kSitu };
+struct GluActivation {
+  GluKind kind = GluKind::kSilu;
+  float beta = 4.0f;          ///< SiTU only: activation_situ_beta
+  float linear_beta = 25.0f;  ///< SiTU only: activation_situ_linear_beta
+};
 
 const char* mixer_kind_name(MixerKind kind);
 bool is_linear_mixer(MixerKind kind);
@@ -77,6 +85,11 @@ struct MoeConfig {
   int64_t topk_groups = 1;
   int64_t shared_intermediate = 0;  ///< 0 = no shared expert
   bool shared_expert_gate = false;  ///< Qwen: shared output scaled by sigmoid(x . w)
+  /// Latent MoE (K3 routed_expert_hidden_size): routed experts run at this width between
+  /// routed_expert_down_proj [latent, hidden] and routed_expert_up_proj [hidden, latent]; 0 = the
+  /// experts read and write the hidden width directly.
+  int64_t latent_dim = 0;
+  bool latent_norm = false;  ///< latent_moe_use_norm: RMSNorm (routed_expert_norm) before the up
 };
 
 struct ModelConfig {
@@ -89,6 +102,11 @@ struct ModelConfig {
   /// Form of the decoder norms (input, post-attention, final, q/k norms): Qwen (1 + w), Kimi w.
   kernels::RmsNormForm norm_form = kernels::RmsNormForm::kWeight;
   bool tie_word_embeddings = false;
+  GluActivation mlp_activation;  ///< dense MLPs, routed and shared experts
+  /// Attention Residuals (K3 attn_res_block_size): layers [k bs, (k+1) bs) form block k; every
+  /// sublayer input and the final output are softmax mixtures over the finished blocks'
+  /// snapshots (the embedding first) and the current block's partial sum. 0 = plain residual.
+  int64_t attn_res_block_size = 0;
   std::vector<MixerKind> mixers;  ///< per layer
   std::vector<MlpKind> mlps;      ///< per layer
   LinearAttentionConfig linear;
@@ -96,7 +114,14 @@ struct ModelConfig {
   LatentAttentionConfig latent;
   MoeConfig moe;
 
+  /// What the parser and the loader could not honour but did not refuse (a vision tower, a
+  /// checkpoint detail), one sentence each; tools print them as warnings.
+  std::vector<std::string> warnings;
+
   int64_t num_layers_of(MixerKind kind) const;
+  /// Block snapshots of the Attention Residuals: cdiv(num_layers, attn_res_block_size) (the
+  /// embedding and every block but the last, which is only ever a partial sum); 0 without them.
+  int64_t attn_res_blocks() const;
 };
 
 /// Checks cross-field consistency (sizes > 0, GVA divisibility, layer lists of num_layers, ...).

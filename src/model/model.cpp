@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
@@ -26,12 +27,16 @@ Status norm(const Tensor& x, const Tensor& weight, const ModelConfig& c, const T
 }  // namespace
 
 Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> layers,
-             Tensor final_norm, Tensor lm_head)
+             Tensor final_norm, Tensor lm_head, Tensor output_res_cw)
     : config_(std::move(config)),
       embedding_(std::move(embedding)),
       layers_(std::move(layers)),
       final_norm_(std::move(final_norm)),
-      lm_head_(std::move(lm_head)) {}
+      lm_head_(std::move(lm_head)),
+      output_res_cw_(std::move(output_res_cw)) {
+  HYLA_CHECK(config_.attn_res_block_size == 0 || output_res_cw_.defined(),
+             "Model: Attention Residuals need the output score vector");
+}
 
 SequenceState Model::new_sequence(int64_t capacity) const {
   SequenceState s;
@@ -186,13 +191,35 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     trace->hidden_states.push_back(h.clone());
   }
 
+  // The residual: h is the plain residual stream, or with Attention Residuals the current block's
+  // partial sum, and each sublayer reads a mixture over the bank of block snapshots and h.
+  const bool attn_res = c.attn_res_block_size > 0;
+  std::optional<AttnResidualBank> bank;
+  Tensor mix;
+  if (attn_res) {
+    bank.emplace(T, c.attn_res_blocks(), H);
+    mix = Tensor::empty({T, H}, DType::kF32);
+  }
   Tensor normed = Tensor::empty({T, H}, DType::kF32);
   Tensor branch = Tensor::empty({T, H}, DType::kF32);
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer& layer = layers_[size_t(i)];
     const MixerKind kind = c.mixers[size_t(i)];
-    // h += mixer(norm(h))
-    HYLA_RETURN_IF_ERROR(norm(h, layer.input_norm, c, normed));
+    // attention input: h, or mix(bank, h); a new block snapshots h and restarts it at 0
+    Tensor attn_in = h;
+    if (attn_res) {
+      Tensor probs;
+      HYLA_RETURN_IF_ERROR(
+          bank->mix(h, layer.attn_res_cw, c.rms_norm_eps, mix, trace ? &probs : nullptr));
+      if (attn_res_block_start(c, i)) HYLA_RETURN_IF_ERROR(bank->snapshot(h));
+      if (trace) {
+        trace->attn_in_mix.push_back(mix.clone());
+        trace->attn_res_probs_attn.push_back(probs);
+      }
+      attn_in = mix;
+    }
+    // h += mixer(norm(attn_in))
+    HYLA_RETURN_IF_ERROR(norm(attn_in, layer.input_norm, c, normed));
     if (is_linear_mixer(kind)) {
       const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
                                 .ssm_pool = memory.ssm_state[size_t(i)],
@@ -229,13 +256,25 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     if (trace) trace->mixer_out.push_back(branch.clone());
     add_in_place(h, branch);
 
-    // h += mlp(norm(h))
-    HYLA_RETURN_IF_ERROR(norm(h, layer.post_norm, c, normed));
+    // MLP input: h, or mix(bank, h)
+    Tensor mlp_in = h;
+    if (attn_res) {
+      Tensor probs;
+      HYLA_RETURN_IF_ERROR(
+          bank->mix(h, layer.mlp_res_cw, c.rms_norm_eps, mix, trace ? &probs : nullptr));
+      if (trace) {
+        trace->mlp_in_mix.push_back(mix.clone());
+        trace->attn_res_probs_mlp.push_back(probs);
+      }
+      mlp_in = mix;
+    }
+    // h += mlp(norm(mlp_in))
+    HYLA_RETURN_IF_ERROR(norm(mlp_in, layer.post_norm, c, normed));
     Tensor ids, weights;
     if (c.mlps[size_t(i)] == MlpKind::kMoe) {
-      HYLA_RETURN_IF_ERROR(moe_forward(layer.moe, c.moe, normed, branch, &ids, &weights));
+      HYLA_RETURN_IF_ERROR(moe_forward(layer.moe, c, normed, branch, &ids, &weights));
     } else {
-      HYLA_RETURN_IF_ERROR(dense_mlp_forward(layer.dense, normed, branch));
+      HYLA_RETURN_IF_ERROR(dense_mlp_forward(layer.dense, c.mlp_activation, normed, branch));
     }
     if (trace) {
       trace->mlp_out.push_back(branch.clone());
@@ -247,12 +286,26 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   }
   if (trace) trace->last_layer_out = h.clone();
 
-  // logits = lm_head(norm(h)) for every token, or each sequence's last one.
-  Tensor last = h;
+  // The output: h, or mix(bank, h) over every snapshot and the last block's partial sum.
+  Tensor out = h;
+  if (attn_res) {
+    Tensor probs;
+    HYLA_RETURN_IF_ERROR(
+        bank->mix(h, output_res_cw_, c.rms_norm_eps, mix, trace ? &probs : nullptr));
+    if (trace) {
+      trace->final_mix = mix.clone();
+      trace->attn_res_probs_out = probs;
+      trace->block_snapshots = bank->snapshots().clone();
+    }
+    out = mix;
+  }
+
+  // logits = lm_head(norm(out)) for every token, or each sequence's last one.
+  Tensor last = out;
   if (!batch.logits_all) {
     last = Tensor::empty({B, H}, DType::kF32);
     for (int64_t b = 0; b < B; ++b)
-      std::memcpy(last.data<float>() + b * H, h.data<float>() + (cu[size_t(b + 1)] - 1) * H,
+      std::memcpy(last.data<float>() + b * H, out.data<float>() + (cu[size_t(b + 1)] - 1) * H,
                   size_t(H) * sizeof(float));
   }
   Tensor final_normed = Tensor::empty({last.size(0), H}, DType::kF32);

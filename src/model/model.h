@@ -1,6 +1,8 @@
 // A loaded hybrid model and its runner: embedding -> decoder layers (mixer + MLP, each with its
-// RMSNorm and residual) -> final norm -> lm_head. One sequence at a time; prefill runs the chunk
-// delta rule, single tokens the recurrent one with the conv update.
+// RMSNorm and residual) -> final norm -> lm_head. The residual is the plain sum, or (K3) Attention
+// Residuals: every sublayer input and the final output mix block snapshots and the current
+// block's partial sum (layers/attn_residual.h). Prefill runs the chunk delta rule, single tokens
+// the recurrent one with the conv update.
 #pragma once
 
 #include <memory>
@@ -12,6 +14,7 @@
 #include "model/config.h"
 #include "model/layer_state.h"
 #include "model/layers/attention.h"
+#include "model/layers/attn_residual.h"
 #include "model/layers/gdn.h"
 #include "model/layers/kda.h"
 #include "model/layers/mla.h"
@@ -28,23 +31,38 @@ struct DecoderLayer {
   LatentAttentionWeights latent;  ///< MixerKind::kLatentAttention
   DenseMlpWeights dense;          ///< MlpKind::kDense
   MoeWeights moe;                 ///< MlpKind::kMoe
+  /// Attention Residuals: folded score vectors [hidden] f32 of the attention and MLP inputs
+  /// (self_attention_res_* and mlp_res_*); undefined without them.
+  Tensor attn_res_cw;
+  Tensor mlp_res_cw;
 };
 
 /// Intermediate values of one forward call, for tests against Hugging Face (all f32 [T, ...]).
 struct ForwardTrace {
-  std::vector<Tensor> hidden_states;   ///< HF convention: [0] embeddings, [i] layer i-1 output,
-                                       ///< [L] final-normed output
+  /// HF convention: [0] embeddings, [i] layer i-1 output (with Attention Residuals: the current
+  /// block's partial sum after layer i-1), [L] final-normed output
+  std::vector<Tensor> hidden_states;
   Tensor last_layer_out;               ///< raw output of the last layer [T, hidden]
   std::vector<Tensor> mixer_out;       ///< per layer [T, hidden]
   std::vector<Tensor> mlp_out;         ///< per layer [T, hidden]
   std::vector<Tensor> router_ids;      ///< per layer [T, top_k] i32 (undefined for dense layers)
   std::vector<Tensor> router_weights;  ///< per layer [T, top_k] f32
+  // Attention Residuals only (empty / undefined otherwise):
+  std::vector<Tensor> attn_in_mix;  ///< per layer: the attention's input mixture [T, hidden]
+  std::vector<Tensor> mlp_in_mix;   ///< per layer: the MLP's input mixture [T, hidden]
+  std::vector<Tensor> attn_res_probs_attn;  ///< per layer [T, candidates] mixture weights
+  std::vector<Tensor> attn_res_probs_mlp;   ///< per layer [T, candidates]
+  Tensor attn_res_probs_out;                ///< [T, blocks + 1] of the final output mixture
+  Tensor final_mix;        ///< the final output mixture (before the norm) [T, hidden]
+  Tensor block_snapshots;  ///< the bank at the end [T, blocks, hidden]
 };
 
 class Model {
  public:
+  /// output_res_cw: the final output's folded Attention-Residual score vector [hidden] f32
+  /// (output_attn_res_*), required when config.attn_res_block_size > 0.
   Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> layers, Tensor final_norm,
-        Tensor lm_head);
+        Tensor lm_head, Tensor output_res_cw = {});
 
   const ModelConfig& config() const { return config_; }
 
@@ -67,8 +85,9 @@ class Model {
   ModelConfig config_;
   Tensor embedding_;  ///< [vocab, hidden]
   std::vector<DecoderLayer> layers_;
-  Tensor final_norm_;  ///< [hidden]
-  Tensor lm_head_;     ///< [vocab, hidden] (the embedding when tied)
+  Tensor final_norm_;     ///< [hidden]
+  Tensor lm_head_;        ///< [vocab, hidden] (the embedding when tied)
+  Tensor output_res_cw_;  ///< [hidden] (Attention Residuals only)
 };
 
 /// Greedy decoding: prefill `prompt`, then `n` tokens each fed back one at a time.

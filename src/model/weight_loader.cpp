@@ -50,6 +50,18 @@ Tensor squeeze(const Tensor& t) {
   return copy;
 }
 
+namespace {
+
+/// `<prefix>_res_norm.weight` [hidden] and `<prefix>_res_proj.weight` [1, hidden] folded into one
+/// score vector, once at load.
+Result<Tensor> attn_res_score(const TensorGetter& get, const std::string& prefix) {
+  HYLA_ASSIGN_OR_RETURN(Tensor norm, get(prefix + "_res_norm.weight"));
+  HYLA_ASSIGN_OR_RETURN(Tensor proj, get(prefix + "_res_proj.weight"));
+  return fold_attn_res_score(norm, proj);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> assemble_model(
     const ModelConfig& c, const TensorGetter& get,
     const std::function<Status(int64_t layer, DecoderLayer& out)>& fill_layer) {
@@ -59,6 +71,10 @@ Result<std::unique_ptr<Model>> assemble_model(
     const std::string p = str_cat("model.layers.", i, ".");
     HYLA_ASSIGN_OR_RETURN(layer.input_norm, get(p + "input_layernorm.weight"));
     HYLA_ASSIGN_OR_RETURN(layer.post_norm, get(p + "post_attention_layernorm.weight"));
+    if (c.attn_res_block_size > 0) {
+      HYLA_ASSIGN_OR_RETURN(layer.attn_res_cw, attn_res_score(get, p + "self_attention"));
+      HYLA_ASSIGN_OR_RETURN(layer.mlp_res_cw, attn_res_score(get, p + "mlp"));
+    }
     HYLA_RETURN_IF_ERROR(fill_layer(i, layer));
     layers.push_back(std::move(layer));
   }
@@ -68,7 +84,12 @@ Result<std::unique_ptr<Model>> assemble_model(
   if (!c.tie_word_embeddings) {
     HYLA_ASSIGN_OR_RETURN(lm_head, get("lm_head.weight"));
   }
-  return std::make_unique<Model>(c, embedding, std::move(layers), final_norm, lm_head);
+  Tensor output_res_cw;
+  if (c.attn_res_block_size > 0) {
+    HYLA_ASSIGN_OR_RETURN(output_res_cw, attn_res_score(get, "model.output_attn"));
+  }
+  return std::make_unique<Model>(c, embedding, std::move(layers), final_norm, lm_head,
+                                 output_res_cw);
 }
 
 Status check_checkpoint(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs) {

@@ -30,6 +30,9 @@ Tensor squeeze(const Tensor& t);
 /// The part of loading every architecture shares: per layer the input and post-attention norms
 /// (model.layers.{i}.input_layernorm / post_attention_layernorm) plus what `fill_layer` loads (its
 /// mixer and MLP), then the embedding, the final norm and the lm_head (the embedding when tied).
+/// With Attention Residuals (config.attn_res_block_size > 0) also each layer's
+/// self_attention_res_{norm,proj} and mlp_res_{norm,proj} and the model's
+/// output_attn_res_{norm,proj}, each pair folded into one score vector.
 /// `get` loads one tensor by its checkpoint name (already checked against the mapping table).
 using TensorGetter = std::function<Result<Tensor>(const std::string& name)>;
 Result<std::unique_ptr<Model>> assemble_model(

@@ -16,6 +16,8 @@ const char* weight_role_name(WeightRole role) {
     case WeightRole::kRouter: return "moe router";
     case WeightRole::kExperts: return "moe experts";
     case WeightRole::kSharedExperts: return "moe shared experts";
+    case WeightRole::kMoeLatent: return "moe latent projection";
+    case WeightRole::kAttnResidual: return "attention residual";
     case WeightRole::kLmHead: return "lm_head";
   }
   return "?";

@@ -23,7 +23,9 @@ enum class WeightRole : uint8_t {
   kRouter,         ///< MoE router weight and correction bias
   kExperts,        ///< routed experts
   kSharedExperts,  ///< shared experts and their gate
-  kLmHead,         ///< output projection to the vocabulary
+  kMoeLatent,  ///< latent MoE: routed_expert_down_proj, routed_expert_norm, routed_expert_up_proj
+  kAttnResidual,  ///< Attention Residuals: the *_res_norm / *_res_proj score pairs (K3)
+  kLmHead,        ///< output projection to the vocabulary
 };
 const char* weight_role_name(WeightRole role);
 

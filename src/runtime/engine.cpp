@@ -44,6 +44,7 @@ MemoryPlanOptions memory_plan_options(const EngineOptions& options) {
   m.state.ssm_dtype = options.state_dtype;
   m.kv.page_size = options.page_size;
   m.kv.dtype = options.kv_dtype;
+  m.max_batch_tokens = options.max_batch_tokens;
   return m;
 }
 

@@ -2,9 +2,12 @@
 //   - the HF golden, prompt B layer by layer (mixer and MLP outputs, router choices, hidden states,
 //     logits), prefill + extend / decode against one prefill, greedy tokens;
 //   - Kimi K3's KDA (full-rank output gate, safe gate) and MLA (q LoRA, output gate) layers against
-//     Moonshot's reference, one layer at a time (K3's Attention Residuals are not implemented, so
-//     each layer is fed the reference's own mixture through a one-layer model);
-//   - the loader's fusion and name resolution (A_log truncation), the mapping table, config errors.
+//     Moonshot's reference, one layer at a time (each layer is fed the reference's own Attention-
+//     Residual mixture through a one-layer model, so a mixer error shows apart from the rest);
+//     the whole K3 model is checked by the golden test (tests/model/golden);
+//   - the loader's fusion and name resolution (A_log truncation and its warning, the released K3
+//     checkpoint's language_model. prefix, MXFP4 experts refused), the mapping tables, config
+//     errors, the vision tower warning.
 #include <nlohmann/json.hpp>  // configs of the synthetic checkpoints
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <span>
@@ -41,7 +45,7 @@ using hyla::testing::Tolerance;
 using nlohmann::json;
 
 std::string kimi_dir() { return golden_dir() + "/kimi_linear"; }
-std::string k3_dir() { return hyla::testing::test_data_dir() + "/golden-k3/kimi_k3"; }
+std::string k3_dir() { return golden_dir() + "/kimi_k3"; }
 
 json read_json(const std::string& path) {
   Result<json> j = read_json_file(path);
@@ -287,34 +291,106 @@ TEST(KimiLinearConfigTest, ErrorsNameTheField) {
   }
 }
 
-// K3's text config (model_type kimi_linear with K3 fields, or kimi_k3) parses; loading says why
-// not.
-TEST(KimiK3ConfigTest, ParsesAndRefusesToLoad) {
+// K3's text config (model_type kimi_linear with K3 fields, or kimi_k3) parses into every K3
+// feature and loads; the released layout (text_config under a kimi_k3 wrapper with a vision tower)
+// parses with a warning about the tower.
+TEST(KimiK3ConfigTest, ParsesEveryFeatureAndLoads) {
   Result<LoadedConfig> loaded = load_config(k3_dir());
   ASSERT_OK(loaded.status());
   const ModelConfig& c = loaded->config;
+  const json text = read_json(k3_dir() + "/config.json");
   EXPECT_EQ(c.model_type, "kimi_k3");
   ASSERT_TRUE(c.linear.gate_lower_bound.has_value());
   EXPECT_EQ(*c.linear.gate_lower_bound, -5.0f);
   EXPECT_TRUE(c.linear.full_rank_output_gate);
   EXPECT_TRUE(c.latent.output_gate);
-  EXPECT_GT(c.latent.q_lora_rank, 0);
-  EXPECT_ERROR_CONTAINS(load_model(k3_dir()).status(), "Attention Residuals");
+  EXPECT_EQ(c.latent.q_lora_rank, text["q_lora_rank"].get<int64_t>());
+  EXPECT_EQ(c.attn_res_block_size, text["attn_res_block_size"].get<int64_t>());
+  EXPECT_EQ(c.attn_res_blocks(),
+            (c.num_layers + c.attn_res_block_size - 1) / c.attn_res_block_size);
+  EXPECT_EQ(c.mlp_activation.kind, GluKind::kSitu);
+  EXPECT_EQ(c.mlp_activation.beta, text["activation_situ_beta"].get<float>());
+  EXPECT_EQ(c.mlp_activation.linear_beta, text["activation_situ_linear_beta"].get<float>());
+  EXPECT_EQ(c.moe.latent_dim, text["routed_expert_hidden_size"].get<int64_t>());
+  EXPECT_TRUE(c.moe.latent_norm);
+  EXPECT_TRUE(c.warnings.empty());
+  const std::unique_ptr<Model> model = load_or_die(k3_dir());
+  EXPECT_TRUE(model->config().warnings.empty()) << model->config().warnings.front();
 
-  const json text = read_json(k3_dir() + "/config.json");
   Result<ModelConfig> direct = kKimiK3Architecture.parse_config(text, "config.json");
   ASSERT_OK(direct.status());
   EXPECT_EQ(direct->model_type, "kimi_k3");
   Result<Checkpoint> ckpt = Checkpoint::open(k3_dir());
   ASSERT_OK(ckpt.status());
-  EXPECT_ERROR_CONTAINS(kKimiK3Architecture.load(*direct, *ckpt).status(),
-                        "kimi_k3: Attention Residuals are not implemented yet");
+  EXPECT_OK(kKimiK3Architecture.load(*direct, *ckpt).status());
 
-  TempDir dir;  // the released layout: the decoder config nested as text_config
-  std::ofstream(dir.file("config.json")) << json{{"model_type", "kimi_k3"}, {"text_config", text}};
+  {
+    json j = text;  // no latent norm: the table drops routed_expert_norm
+    j["latent_moe_use_norm"] = false;
+    Result<ModelConfig> no_norm = kKimiK3Architecture.parse_config(j, "config.json");
+    ASSERT_OK(no_norm.status());
+    EXPECT_FALSE(no_norm->moe.latent_norm);
+    j["attn_res_block_size"] = -1;
+    EXPECT_ERROR_CONTAINS(kKimiK3Architecture.parse_config(j, "config.json").status(),
+                          "attn_res_block_size is -1");
+    j = text;
+    j["activation_situ_beta"] = 0.0;
+    EXPECT_ERROR_CONTAINS(kKimiK3Architecture.parse_config(j, "config.json").status(),
+                          "SiTU betas must be > 0");
+    j = text;
+    j["hidden_act"] = "gelu";
+    EXPECT_ERROR_CONTAINS(kKimiK3Architecture.parse_config(j, "config.json").status(),
+                          "field 'hidden_act' is 'gelu'");
+  }
+
+  TempDir dir;  // the released layout: the decoder config nested as text_config, a vision tower
+  std::ofstream(dir.file("config.json")) << json{{"model_type", "kimi_k3"},
+                                                 {"text_config", text},
+                                                 {"vision_config", {{"model_type", "moonvit"}}}};
   Result<LoadedConfig> wrapped = load_config(dir.path());
   ASSERT_OK(wrapped.status());
   EXPECT_EQ(wrapped->config.model_type, "kimi_k3");
+  ASSERT_EQ(wrapped->config.warnings.size(), 1u);
+  EXPECT_NE(wrapped->config.warnings[0].find("vision_config"), std::string::npos);
+  EXPECT_NE(wrapped->config.warnings[0].find("only the text decoder"), std::string::npos);
+}
+
+// The K3 mapping table is exactly the golden checkpoint's tensor list (routed experts at the
+// latent width, the latent projections, the Attention-Residual pairs), with their roles.
+TEST(KimiK3LoaderTest, MappingTableIsTheGoldenFileList) {
+  Result<LoadedConfig> loaded = load_config(k3_dir());
+  ASSERT_OK(loaded.status());
+  const std::vector<WeightSpec> table = loaded->arch->checkpoint_weights(loaded->config);
+  const json files = read_json(k3_dir() + "/reference_meta.json")["weights_file_keys"];
+  EXPECT_EQ(table.size(), files.size());
+  std::map<std::string, WeightRole> roles;
+  for (const WeightSpec& s : table) {
+    // Moonshot names the dense layer's MLP mlp.*; the table says block_sparse_moe.* and the loader
+    // resolves either.
+    std::string name = s.name;
+    const size_t at = name.find(".block_sparse_moe.");
+    if (!files.contains(name) && at != std::string::npos)
+      name = name.substr(0, at) + ".mlp." + name.substr(at + 18);
+    roles[s.name] = s.role;
+    ASSERT_TRUE(files.contains(name)) << name;
+    const auto stored = files[name]["shape"].get<std::vector<int64_t>>();
+    if (name.ends_with(".A_log")) {
+      // The table has the released checkpoint's [head_dim]; the tiny reference stores [num_heads].
+      // Both load: the first num_heads entries are used.
+      ASSERT_EQ(stored.size(), 1u) << name;
+      EXPECT_GE(stored[0], loaded->config.linear.num_k_heads) << name;
+      continue;
+    }
+    EXPECT_EQ(s.shape, stored) << name;
+  }
+  const std::string p = "model.layers.1.";
+  EXPECT_EQ(roles[p + "self_attention_res_norm.weight"], WeightRole::kAttnResidual);
+  EXPECT_EQ(roles[p + "mlp_res_proj.weight"], WeightRole::kAttnResidual);
+  EXPECT_EQ(roles["model.output_attn_res_proj.weight"], WeightRole::kAttnResidual);
+  EXPECT_EQ(roles[p + "block_sparse_moe.routed_expert_down_proj.weight"], WeightRole::kMoeLatent);
+  EXPECT_EQ(roles[p + "block_sparse_moe.routed_expert_norm.weight"], WeightRole::kMoeLatent);
+  EXPECT_EQ(roles[p + "block_sparse_moe.experts.3.w2.weight"], WeightRole::kExperts);
+  EXPECT_EQ(roles[p + "self_attn.g_proj.weight"], WeightRole::kOutput);
 }
 
 // ---- synthetic checkpoints ----
@@ -412,9 +488,19 @@ TEST(KimiLinearLoaderTest, K3StyleALogIsTruncatedToHeads) {
     hf_tensors.emplace_back(str_cat(p, "block_sparse_moe.", name, ".weight"), t);
   write_checkpoint(hf, config, hf_tensors);
 
-  const Tensor from_k3 = run(*load_or_die(k3.path()), kVocab);
-  const Tensor from_hf = run(*load_or_die(hf.path()), kVocab);
+  const std::unique_ptr<Model> k3_model = load_or_die(k3.path());
+  const std::unique_ptr<Model> hf_model = load_or_die(hf.path());
+  const Tensor from_k3 = run(*k3_model, kVocab);
+  const Tensor from_hf = run(*hf_model, kVocab);
   EXPECT_TRUE(all_close(from_k3, from_hf, {.atol = 0, .rtol = 0, .why = "same weights"}));
+  // The garbage tail is reported (the released checkpoint's tail is zero padding).
+  ASSERT_EQ(k3_model->config().warnings.size(), 1u);
+  EXPECT_NE(k3_model->config().warnings[0].find(
+                "model.layers.0.self_attn.A_log has 8 entries of which the first 2 (one per head) "
+                "are used; 6 of the other 6 are non-zero"),
+            std::string::npos)
+      << k3_model->config().warnings[0];
+  EXPECT_TRUE(hf_model->config().warnings.empty());
 
   TempDir short_a_log;  // fewer entries than heads
   auto short_tensors = hf_tensors;
@@ -508,6 +594,39 @@ TEST(KimiK3MixerTest, EachLayerMatchesMoonshotReference) {
     std::printf("  decode %.2e\n", max_abs_diff(stepped, want.view().select(layer)));
     EXPECT_TRUE(all_close(stepped, want.view().select(layer), tol));
   }
+}
+
+/// The K3 golden checkpoint rewritten by `rename` (name -> new name, "" drops the tensor) into
+/// `dir`, with the same config.
+void write_renamed_k3(const TempDir& dir,
+                      const std::function<std::string(const std::string&)>& rename) {
+  Result<Checkpoint> ckpt = Checkpoint::open(k3_dir());
+  HYLA_CHECK(ckpt.ok(), ckpt.status().message());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const std::string& name : ckpt->names()) {
+    const std::string to = rename(name);
+    if (!to.empty()) tensors.emplace_back(to, ref_tensor(*ckpt, name));
+  }
+  write_checkpoint(dir, read_json(k3_dir() + "/config.json"), tensors);
+}
+
+// The released checkpoint prefixes every text tensor with "language_model." (Checkpoint resolves
+// it: same logits) and stores routed experts MXFP4-packed (refused by name, not reported as
+// missing).
+TEST(KimiK3LoaderTest, ReleasedCheckpointNaming) {
+  const Tensor want = run(*load_or_die(k3_dir()), 8);
+  TempDir prefixed;
+  write_renamed_k3(prefixed, [](const std::string& name) { return "language_model." + name; });
+  EXPECT_TRUE(all_close(run(*load_or_die(prefixed.path()), 8), want,
+                        {.atol = 0, .rtol = 0, .why = "same weights under other names"}));
+
+  TempDir packed;
+  const std::string expert = "model.layers.2.block_sparse_moe.experts.1.w3.weight";
+  write_renamed_k3(packed, [&](const std::string& name) {
+    return name == expert ? "language_model." + name + "_packed" : "language_model." + name;
+  });
+  EXPECT_ERROR_CONTAINS(load_model(packed.path()).status(),
+                        "'" + expert + "_packed' is MXFP4-packed");
 }
 
 }  // namespace

@@ -165,7 +165,7 @@ TEST(SafetensorsTest, ReadsTheGoldenQwen3NextCheckpoint) {
 
 // Every golden file opens, the references (which hold int64 token ids) included.
 TEST(SafetensorsTest, OpensEveryGoldenFile) {
-  const std::string roots[] = {golden_dir(), testing::test_data_dir() + "/golden-k3"};
+  const std::string roots[] = {golden_dir()};
   int files = 0;
   for (const std::string& root : roots) {
     for (const auto& arch : std::filesystem::directory_iterator(root)) {

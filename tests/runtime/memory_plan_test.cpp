@@ -1,5 +1,6 @@
 // plan_memory: a hand-computed split for qwen3_next, pure-attention and pure-linear models, the
-// errors, pools created from a plan fit its budget, and Kimi K3 on an 80 GiB budget (printed).
+// errors, pools created from a plan fit its budget, the Attention-Residual scratch of the tiny K3
+// by hand, and Kimi K3 on an 80 GiB budget (printed).
 #include "runtime/memory/memory_plan.h"
 
 #include <cstdio>
@@ -115,11 +116,43 @@ TEST(MemoryPlan, PoolsFromAPlanFitTheBudget) {
   EXPECT_LE(bytes, 2 * kMiB);
 }
 
+TEST(MemoryPlan, AttentionResidualScratchComesFirst) {
+  // The tiny K3: 7 layers in blocks of 3 -> 3 snapshots; scratch per token (3 + 1) x 128 x 4 =
+  // 2048 bytes (bank + mixture), x 512 tokens per step = 1 MiB, reserved before the split.
+  const model::ModelConfig config = test_config("golden/kimi_k3");
+  const MemoryPlan plan = plan_of(config, 8 * kMiB);
+  EXPECT_EQ(plan.scratch_bytes_per_token, 2048);
+  EXPECT_EQ(plan.scratch_bytes, kMiB);
+  // The pools split the other 7 MiB exactly as they would for the same model without scratch.
+  model::ModelConfig plain = config;
+  plain.attn_res_block_size = 0;
+  const MemoryPlan split = plan_of(plain, 7 * kMiB);
+  EXPECT_EQ(split.scratch_bytes, 0);
+  EXPECT_EQ(plan.state_slots, split.state_slots);
+  EXPECT_EQ(plan.kv_pages, split.kv_pages);
+  EXPECT_LE(plan.scratch_bytes + plan.state_bytes() + plan.kv_bytes(), 8 * kMiB);
+  const std::string summary = plan.summary();
+  EXPECT_NE(
+      summary.find("Attention-Residual scratch 2.0 KiB/token x 512 tokens per step = 1.0 MiB"),
+      std::string::npos)
+      << summary;
+  // Models without Attention Residuals reserve nothing.
+  EXPECT_EQ(plan_of(test_config("golden/kimi_linear"), kMiB).scratch_bytes, 0);
+  EXPECT_ERROR_CONTAINS(plan_memory(config, kMiB).status(),
+                        "budget 1.0 MiB holds no pools after the Attention-Residual scratch of "
+                        "1.0 MiB (512 tokens per step x 2.0 KiB)");
+  EXPECT_ERROR_CONTAINS(
+      plan_memory(config, kMiB, 0.9, {.state = {}, .kv = {}, .max_batch_tokens = 0}).status(),
+      "max_batch_tokens is 0");
+}
+
 TEST(MemoryPlan, KimiK3On80GiB) {
-  // 449,372,160 bytes per slot; 27,648 bytes per KV token.
+  // 449,372,160 bytes per slot; 27,648 bytes per KV token; Attention-Residual scratch
+  // (cdiv(93, 12) = 8 snapshots + the mixture) x 7168 x 4 = 258,048 bytes per token.
   const MemoryPlan plan = plan_of(test_config("kimi_k3_config"), int64_t{80} << 30);
   EXPECT_EQ(plan.bytes_per_slot, 449372160);
   EXPECT_EQ(plan.bytes_per_kv_token, 27648);
+  EXPECT_EQ(plan.scratch_bytes_per_token, 258048);
   EXPECT_GT(plan.state_slots, 0);
   std::printf("%s\n", plan.summary().c_str());
 }

@@ -1,15 +1,22 @@
 // Kimi-Linear (kimi_linear) and the Kimi K3 text decoder (kimi_k3): config, mapping table and
-// loader. HF: KimiLinearForCausalLM; K3: SGLang KimiK3LinearForCausalLM (../notes/kimi_k3.md).
+// loader. HF: KimiLinearForCausalLM; K3: Moonshot's modeling_kimi_linear.py for Kimi-K3, SGLang
+// KimiK3LinearForCausalLM (../notes/kimi_k3.md).
 //   - KDA layers (linear_attn_config.kda_layers, 1-indexed): separate q/k/v projections and convs,
 //     low-rank forget gate f_a -> f_b, beta from b_proj, output gate g_a -> g_b (K3: one full-rank
 //     g_proj) with o_norm, safe gate when linear_attn_config.gate_lower_bound is set (K3: -5).
 //   - MLA layers: NoPE latent attention (optional q LoRA, optional sigmoid output gate g_proj).
-//   - MLP: dense SwiGLU below first_k_dense_replace, else sigmoid-routed MoE with correction bias,
-//     renormalisation, routed scaling and ungated shared experts. Norms are w * xhat.
+//   - MLP: dense below first_k_dense_replace, else sigmoid-routed MoE with correction bias,
+//     renormalisation, routed scaling and ungated shared experts; SwiGLU (hidden_act silu) or
+//     SiTU-GLU (K3, "situ"). K3's latent MoE runs the routed experts at routed_expert_hidden_size
+//     between routed_expert_down_proj, routed_expert_norm and routed_expert_up_proj.
+//   - K3's Attention Residuals (attn_res_block_size): per layer self_attention_res_* and mlp_res_*
+//     score pairs, one output_attn_res_* pair (model.cpp, layers/attn_residual.h).
+//   Norms are w * xhat.
 // Load-time fusion (seed, "在 SGLang 里的落地"): [q | k | v (| g)] rows in one GEMM, the three
-// convs in one [3 H d, K], [f_a | b] in one GEMM, A_log truncated to [H], dt_bias as [H, d].
-// K3's Attention Residuals, SiTU and latent MoE are not implemented: a config that has them parses
-// (as model_type kimi_k3, so tools can show it) and loading it says so.
+// convs in one [3 H d, K], [f_a | b] in one GEMM, A_log truncated to [H] (a non-zero tail is
+// reported in ModelConfig::warnings), dt_bias as [H, d], each AttnRes score pair folded to one
+// vector. The released K3 checkpoint's "language_model." prefix is resolved by Checkpoint; its
+// routed experts are MXFP4-packed, which is refused by name (no dequantiser yet).
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
@@ -24,11 +31,6 @@
 namespace hyla::model {
 
 namespace {
-
-constexpr const char* kK3Unsupported =
-    "kimi_k3: Attention Residuals are not implemented yet (issue 7)";
-
-bool is_k3(const ModelConfig& c) { return c.model_type == "kimi_k3"; }
 
 // ---- config ----
 
@@ -195,6 +197,9 @@ MoeConfig parse_moe(const nlohmann::json& j) {
   m.shared_intermediate =
       m.expert_intermediate * config_int_alias(j, {"num_shared_experts", "n_shared_experts"}, 0);
   m.shared_expert_gate = false;
+  // K3 latent MoE; latent_moe_use_norm defaults to false (SGLang), so it is read, never assumed
+  m.latent_dim = config_int(j, "routed_expert_hidden_size", 0);
+  m.latent_norm = m.latent_dim > 0 && config_bool(j, "latent_moe_use_norm", false);
   return m;
 }
 
@@ -243,9 +248,17 @@ Result<ModelConfig> parse_kimi_config(const nlohmann::json& j, const std::string
     if (act != "silu" && act != "situ")
       throw ConfigFieldError(
           str_cat("field 'hidden_act' is '", act, "', expected silu (Kimi-Linear) or situ (K3)"));
-    k3 = k3 || act == "situ" || config_int(j, "attn_res_block_size", 0) > 0 ||
+    c.attn_res_block_size = config_int(j, "attn_res_block_size", 0);
+    k3 = k3 || act == "situ" || c.attn_res_block_size > 0 ||
          has_field(j, "routed_expert_hidden_size");
     c.model_type = k3 ? "kimi_k3" : "kimi_linear";
+    if (act == "situ") {
+      // Moonshot's configuration_kimi_k3.py defaults: 4.0 and 25.0
+      c.mlp_activation = {
+          .kind = GluKind::kSitu,
+          .beta = float(config_number(j, "activation_situ_beta", 4.0)),
+          .linear_beta = float(config_number(j, "activation_situ_linear_beta", 25.0))};
+    }
 
     const LinearAttnConfig lac = parse_linear_attn_config(j);
     c.linear = lac.kda;
@@ -342,12 +355,19 @@ void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
   const MoeConfig& m = c.moe;
   out.push_back({p + "gate.weight", {m.num_experts, hidden}, WeightRole::kRouter, i});
   out.push_back({p + "gate.e_score_correction_bias", {m.num_experts}, WeightRole::kRouter, i});
-  // K3's routed experts run at routed_expert_hidden_size (latent MoE), which ModelConfig does not
-  // describe yet; they join this table with issue 7.
-  if (!is_k3(c))
-    for (int64_t e = 0; e < m.num_experts; ++e)  // w1 = gate, w3 = up, w2 = down
-      swiglu_specs(str_cat(p, "experts.", e, "."), "w1", "w3", "w2", hidden, m.expert_intermediate,
-                   WeightRole::kExperts, i, out);
+  // Routed experts at the hidden width, or (latent MoE) at latent_dim between its projections.
+  const int64_t width = m.latent_dim > 0 ? m.latent_dim : hidden;
+  for (int64_t e = 0; e < m.num_experts; ++e)  // w1 = gate, w3 = up, w2 = down
+    swiglu_specs(str_cat(p, "experts.", e, "."), "w1", "w3", "w2", width, m.expert_intermediate,
+                 WeightRole::kExperts, i, out);
+  if (m.latent_dim > 0) {
+    out.push_back(
+        {p + "routed_expert_down_proj.weight", {m.latent_dim, hidden}, WeightRole::kMoeLatent, i});
+    if (m.latent_norm)
+      out.push_back({p + "routed_expert_norm.weight", {m.latent_dim}, WeightRole::kMoeLatent, i});
+    out.push_back(
+        {p + "routed_expert_up_proj.weight", {hidden, m.latent_dim}, WeightRole::kMoeLatent, i});
+  }
   if (m.shared_intermediate > 0)
     swiglu_specs(p + "shared_experts.", "gate_proj", "up_proj", "down_proj", hidden,
                  m.shared_intermediate, WeightRole::kSharedExperts, i, out);
@@ -356,8 +376,8 @@ void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
 /// K3's Attention Residual score pairs (per sublayer and one for the output).
 void attn_res_specs(const std::string& p, const char* which, int64_t hidden, int64_t i,
                     std::vector<WeightSpec>& out) {
-  out.push_back({str_cat(p, which, "_res_norm.weight"), {hidden}, WeightRole::kNorm, i});
-  out.push_back({str_cat(p, which, "_res_proj.weight"), {1, hidden}, WeightRole::kNorm, i});
+  out.push_back({str_cat(p, which, "_res_norm.weight"), {hidden}, WeightRole::kAttnResidual, i});
+  out.push_back({str_cat(p, which, "_res_proj.weight"), {1, hidden}, WeightRole::kAttnResidual, i});
 }
 
 std::vector<WeightSpec> kimi_weights(const ModelConfig& c) {
@@ -374,13 +394,13 @@ std::vector<WeightSpec> kimi_weights(const ModelConfig& c) {
     }
     out.push_back({p + "post_attention_layernorm.weight", {hidden}, WeightRole::kNorm, i});
     mlp_specs(c, i, out);
-    if (is_k3(c)) {
+    if (c.attn_res_block_size > 0) {
       attn_res_specs(p, "self_attention", hidden, i, out);
       attn_res_specs(p, "mlp", hidden, i, out);
     }
   }
   out.push_back({"model.norm.weight", {hidden}, WeightRole::kNorm});
-  if (is_k3(c)) attn_res_specs("model.", "output_attn", hidden, -1, out);
+  if (c.attn_res_block_size > 0) attn_res_specs("model.", "output_attn", hidden, -1, out);
   if (!c.tie_word_embeddings)
     out.push_back({"lm_head.weight", {c.vocab_size, hidden}, WeightRole::kLmHead});
   return out;
@@ -418,6 +438,11 @@ void resolve_spec(const Checkpoint& ckpt, const ModelConfig& c, WeightSpec& spec
   }
 }
 
+void resolve_kimi_weights(const Checkpoint& ckpt, const ModelConfig& c,
+                          std::vector<WeightSpec>& specs) {
+  for (WeightSpec& spec : specs) resolve_spec(ckpt, c, spec);
+}
+
 /// A copy of `t` (contiguous) with a new shape of the same numel.
 Tensor reshaped(const Tensor& t, std::initializer_list<int64_t> shape) {
   Tensor out = Tensor::empty(shape, t.dtype());
@@ -432,8 +457,8 @@ Tensor reshaped(const Tensor& t, std::initializer_list<int64_t> shape) {
 class KimiLoader {
  public:
   KimiLoader(const ModelConfig& c, const Checkpoint& ckpt, const std::vector<WeightSpec>& table,
-             const std::vector<WeightSpec>& resolved)
-      : c_(c), ckpt_(ckpt) {
+             const std::vector<WeightSpec>& resolved, std::vector<std::string>& warnings)
+      : c_(c), ckpt_(ckpt), warnings_(warnings) {
     for (size_t s = 0; s < table.size(); ++s) specs_.emplace(table[s].name, resolved[s]);
   }
   Result<Tensor> get(const std::string& name) const {
@@ -469,10 +494,18 @@ class KimiLoader {
     HYLA_ASSIGN_OR_RETURN(Tensor b, get(p + "b_proj.weight"));
     w.fa_b = concat_rows({f_a, b});
     HYLA_ASSIGN_OR_RETURN(w.f_b, get(p + "f_b_proj.weight"));
-    // A_log: the first H stored entries, one per head (K3 pads to head_dim)
+    // A_log: the first H stored entries, one per head (K3 pads to head_dim with zeros; a non-zero
+    // tail would mean another layout, so it is reported)
     HYLA_ASSIGN_OR_RETURN(Tensor a_log, get(p + "A_log"));
     w.A_log = Tensor::empty({H}, DType::kF32);
     std::memcpy(w.A_log.data<float>(), a_log.data<float>(), size_t(H) * sizeof(float));
+    int64_t nonzero_tail = 0;
+    for (int64_t e = H; e < a_log.numel(); ++e) nonzero_tail += a_log.data<float>()[e] != 0.0f;
+    if (nonzero_tail > 0)
+      warnings_.push_back(str_cat(p, "A_log has ", a_log.numel(), " entries of which the first ", H,
+                                  " (one per head) are used; ", nonzero_tail, " of the other ",
+                                  a_log.numel() - H,
+                                  " are non-zero (expected zero padding): check the layout"));
     HYLA_ASSIGN_OR_RETURN(Tensor dt_bias, get(p + "dt_bias"));
     w.dt_bias = reshaped(dt_bias, {H, d});
     HYLA_ASSIGN_OR_RETURN(w.o_norm, get(p + "o_norm.weight"));
@@ -522,6 +555,13 @@ class KimiLoader {
                             swiglu(str_cat(p, "experts.", e, "."), "w1", "w3", "w2"));
       w.experts.push_back(std::move(expert));
     }
+    if (c_.moe.latent_dim > 0) {
+      HYLA_ASSIGN_OR_RETURN(w.latent_down, get(p + "routed_expert_down_proj.weight"));
+      if (c_.moe.latent_norm) {
+        HYLA_ASSIGN_OR_RETURN(w.latent_norm, get(p + "routed_expert_norm.weight"));
+      }
+      HYLA_ASSIGN_OR_RETURN(w.latent_up, get(p + "routed_expert_up_proj.weight"));
+    }
     if (c_.moe.shared_intermediate > 0) {
       HYLA_ASSIGN_OR_RETURN(w.shared,
                             swiglu(p + "shared_experts.", "gate_proj", "up_proj", "down_proj"));
@@ -533,15 +573,32 @@ class KimiLoader {
   const ModelConfig& c_;
   const Checkpoint& ckpt_;
   std::map<std::string, WeightSpec> specs_;  // table name -> name and shape in the checkpoint
+  std::vector<std::string>& warnings_;
 };
 
-Result<std::unique_ptr<Model>> load_kimi(const ModelConfig& c, const Checkpoint& ckpt) {
-  if (is_k3(c)) return unsupported(kK3Unsupported);
+/// The released K3 checkpoint stores routed experts as compressed-tensors MXFP4
+/// (<name>.weight_packed + .weight_scale): refused by name rather than reported as missing.
+Status check_not_packed(const Checkpoint& ckpt, const std::vector<WeightSpec>& resolved) {
+  const std::string suffix = ".weight";
+  for (const WeightSpec& spec : resolved) {
+    if (ckpt.find(spec.name) != nullptr || !ends_with(spec.name, suffix)) continue;
+    const std::string packed = spec.name + "_packed";
+    if (ckpt.find(packed) != nullptr)
+      return unsupported("checkpoint ", ckpt.dir(), ": '", packed,
+                         "' is MXFP4-packed (compressed-tensors weight_packed + weight_scale); "
+                         "Hyla loads f32, bf16 and f16 weights only (no MXFP4 dequantiser yet)");
+  }
+  return ok_status();
+}
+
+Result<std::unique_ptr<Model>> load_kimi(const ModelConfig& config, const Checkpoint& ckpt) {
+  ModelConfig c = config;  // the loader's warnings join the config's
   const std::vector<WeightSpec> table = kimi_weights(c);
   std::vector<WeightSpec> resolved = table;
-  for (WeightSpec& spec : resolved) resolve_spec(ckpt, c, spec);
+  resolve_kimi_weights(ckpt, c, resolved);
+  HYLA_RETURN_IF_ERROR(check_not_packed(ckpt, resolved));
   HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, resolved));
-  const KimiLoader load(c, ckpt, table, resolved);
+  const KimiLoader load(c, ckpt, table, resolved, c.warnings);
   return assemble_model(
       c, [&](const std::string& name) { return load.get(name); },
       [&](int64_t i, DecoderLayer& layer) -> Status {
@@ -560,19 +617,19 @@ Result<std::unique_ptr<Model>> load_kimi(const ModelConfig& c, const Checkpoint&
       });
 }
 
-Result<std::unique_ptr<Model>> load_kimi_k3(const ModelConfig&, const Checkpoint&) {
-  return unsupported(kK3Unsupported);
-}
-
 }  // namespace
 
-extern const Architecture kKimiLinearArchitecture{"kimi_linear",
-                                                  "Kimi-Linear: KDA + NoPE MLA, sigmoid-routed MoE",
-                                                  parse_kimi_linear, kimi_weights, load_kimi};
+extern const Architecture kKimiLinearArchitecture{
+    "kimi_linear",     "Kimi-Linear: KDA + NoPE MLA, sigmoid-routed MoE",
+    parse_kimi_linear, kimi_weights,
+    load_kimi,         resolve_kimi_weights};
 extern const Architecture kKimiK3Architecture{
     "kimi_k3",
-    "Kimi K3 text decoder: KDA (full-rank output gate, safe gate) + gated MLA, latent MoE, "
-    "Attention Residuals (not loadable yet; routed experts not in the table yet: issue 7)",
-    parse_kimi_k3, kimi_weights, load_kimi_k3};
+    "Kimi K3 text decoder: KDA (full-rank output gate, safe gate) + gated NoPE MLA, latent MoE "
+    "with SiTU, Attention Residuals",
+    parse_kimi_k3,
+    kimi_weights,
+    load_kimi,
+    resolve_kimi_weights};
 
 }  // namespace hyla::model

@@ -327,13 +327,16 @@ Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& c, const Checkpoint&
 }  // namespace
 
 extern const Architecture kQwen3NextArchitecture{
-    "qwen3_next", "Qwen3-Next: GDN (grouped projections) + gated attention, MoE", parse_qwen3_next,
-    qwen_weights, load_qwen};
-extern const Architecture kQwen35Architecture{"qwen3_5",
-                                              "Qwen3.5: GDN + gated attention, dense SwiGLU MLP",
-                                              parse_qwen3_5, qwen_weights, load_qwen};
-extern const Architecture kQwen35MoeArchitecture{"qwen3_5_moe",
-                                                 "Qwen3.5-MoE: GDN + gated attention, MoE",
-                                                 parse_qwen3_5_moe, qwen_weights, load_qwen};
+    "qwen3_next",     "Qwen3-Next: GDN (grouped projections) + gated attention, MoE",
+    parse_qwen3_next, qwen_weights,
+    load_qwen,        nullptr};
+extern const Architecture kQwen35Architecture{
+    "qwen3_5",     "Qwen3.5: GDN + gated attention, dense SwiGLU MLP",
+    parse_qwen3_5, qwen_weights,
+    load_qwen,     nullptr};
+extern const Architecture kQwen35MoeArchitecture{
+    "qwen3_5_moe",     "Qwen3.5-MoE: GDN + gated attention, MoE",
+    parse_qwen3_5_moe, qwen_weights,
+    load_qwen,         nullptr};
 
 }  // namespace hyla::model

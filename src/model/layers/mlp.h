@@ -1,7 +1,8 @@
-// Feed-forward blocks: the SwiGLU MLP, down(silu(gate(x)) * up(x)), and the mixture of experts
-// (Qwen: softmax top-k, optional renormalisation, sigmoid-gated shared expert; Kimi: sigmoid
-// scores, correction bias for selection only, renormalisation, routed scaling, ungated shared
-// experts).
+// Feed-forward blocks: the gated MLP, down(act(gate(x), up(x))) with act = SwiGLU or K3's
+// SiTU-GLU, and the mixture of experts (Qwen: softmax top-k, optional renormalisation,
+// sigmoid-gated shared expert; Kimi: sigmoid scores, correction bias for selection only,
+// renormalisation, routed scaling, ungated shared experts; K3's latent MoE: routed experts at a
+// latent width, see moe_forward).
 #pragma once
 
 #include <vector>
@@ -12,24 +13,29 @@
 namespace hyla::model {
 
 struct DenseMlpWeights {
-  Tensor gate_up;  ///< [2 I, hidden]: rows [gate | up]
-  Tensor down;     ///< [hidden, I]
+  Tensor gate_up;  ///< [2 I, width]: rows [gate | up]
+  Tensor down;     ///< [width, I]
 };
 
 struct MoeWeights {
-  Tensor router;           ///< [E, hidden]
-  Tensor correction_bias;  ///< [E], selection only (Kimi); undefined otherwise
-  std::vector<DenseMlpWeights> experts;
-  DenseMlpWeights shared;  ///< shared expert(s) fused; undefined when there are none
-  Tensor shared_gate;      ///< [1, hidden] (Qwen); undefined otherwise
+  Tensor router;                         ///< [E, hidden]
+  Tensor correction_bias;                ///< [E], selection only (Kimi); undefined otherwise
+  std::vector<DenseMlpWeights> experts;  ///< at the latent width when latent_down is defined
+  DenseMlpWeights shared;                ///< shared expert(s) fused; undefined when there are none
+  Tensor shared_gate;                    ///< [1, hidden] (Qwen); undefined otherwise
+  Tensor latent_down;  ///< [latent, hidden] routed_expert_down_proj (K3); undefined otherwise
+  Tensor latent_norm;  ///< [latent] routed_expert_norm (latent_moe_use_norm); may be undefined
+  Tensor latent_up;    ///< [hidden, latent] routed_expert_up_proj
 };
 
-/// x: [T, hidden] f32; out: [T, hidden] f32.
-Status dense_mlp_forward(const DenseMlpWeights& w, const TensorView& x, const TensorView& out);
+/// x: [T, width] f32; out: [T, width] f32.
+Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, const TensorView& x,
+                         const TensorView& out);
 
-/// x: [T, hidden] f32; out: [T, hidden] f32. topk_ids / topk_weights, when given, receive the
-/// routing ([T, top_k] i32 / f32).
-Status moe_forward(const MoeWeights& w, const MoeConfig& config, const TensorView& x,
+/// x: [T, hidden] f32; out: [T, hidden] f32. The router reads x; routed experts read x, or with a
+/// latent MoE z = x W_down^T and then out = rmsnorm(sum_k w_k expert_k(z)) W_up^T; shared experts
+/// read x. topk_ids / topk_weights, when given, receive the routing ([T, top_k] i32 / f32).
+Status moe_forward(const MoeWeights& w, const ModelConfig& config, const TensorView& x,
                    const TensorView& out, Tensor* topk_ids = nullptr,
                    Tensor* topk_weights = nullptr);
 

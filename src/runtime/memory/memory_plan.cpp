@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <iterator>
 
+#include "model/layers/attn_residual.h"
+
 namespace hyla::runtime {
 
 std::string format_bytes(int64_t bytes) {
@@ -44,9 +46,14 @@ std::string MemoryPlan::summary() const {
                  format_bytes(bytes_per_kv_token), "/token = ", format_bytes(kv_bytes()), "; ");
   else
     s += "no KV pool (no attention layer); ";
-  s += str_cat("at most ", limit_string(max_running_requests), " running requests; at most ",
-               limit_string(max_context_tokens), " context tokens for one request (",
-               format_bytes(budget_bytes - state_bytes() - kv_bytes()), " unused).");
+  if (scratch_bytes > 0)
+    s += str_cat("Attention-Residual scratch ", format_bytes(scratch_bytes_per_token), "/token x ",
+                 scratch_bytes / scratch_bytes_per_token,
+                 " tokens per step = ", format_bytes(scratch_bytes), "; ");
+  s +=
+      str_cat("at most ", limit_string(max_running_requests), " running requests; at most ",
+              limit_string(max_context_tokens), " context tokens for one request (",
+              format_bytes(budget_bytes - scratch_bytes - state_bytes() - kv_bytes()), " unused).");
   return s;
 }
 
@@ -59,6 +66,9 @@ Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_
                             ", expected a finite ratio >= 0 (state bytes : KV bytes)");
   if (options.kv.page_size < 1)
     return invalid_argument("plan_memory: page_size is ", options.kv.page_size, ", expected >= 1");
+  if (options.max_batch_tokens < 1)
+    return invalid_argument("plan_memory: max_batch_tokens is ", options.max_batch_tokens,
+                            ", expected >= 1");
 
   const bool has_linear = std::any_of(config.mixers.begin(), config.mixers.end(),
                                       [](model::MixerKind k) { return model::is_linear_mixer(k); });
@@ -74,12 +84,21 @@ Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_
   plan.page_size = options.kv.page_size;
   plan.bytes_per_slot = has_linear ? StatePool::bytes_per_slot(config, options.state) : 0;
   plan.bytes_per_kv_token = has_attention ? KvPagePool::bytes_per_token(config, options.kv) : 0;
+  // Per-step scratch first: a step of max_batch_tokens must run whatever the pools hold.
+  plan.scratch_bytes_per_token = model::attn_res_scratch_bytes_per_token(config);
+  plan.scratch_bytes = plan.scratch_bytes_per_token * options.max_batch_tokens;
+  if (plan.scratch_bytes >= budget_bytes)
+    return Status(ErrorCode::kOutOfMemory,
+                  str_cat("plan_memory: budget ", format_bytes(budget_bytes),
+                          " holds no pools after the Attention-Residual scratch of ",
+                          format_bytes(plan.scratch_bytes), " (", options.max_batch_tokens,
+                          " tokens per step x ", format_bytes(plan.scratch_bytes_per_token), ")"));
+  const int64_t pool_budget = budget_bytes - plan.scratch_bytes;
 
   if (has_linear) {
     const int64_t state_budget =
-        has_attention
-            ? int64_t(std::floor(double(budget_bytes) * state_ratio / (1.0 + state_ratio)))
-            : budget_bytes;
+        has_attention ? int64_t(std::floor(double(pool_budget) * state_ratio / (1.0 + state_ratio)))
+                      : pool_budget;
     // Pools hand out int32 ids.
     plan.state_slots =
         std::min<int64_t>(state_budget / plan.bytes_per_slot, std::numeric_limits<int32_t>::max());
@@ -93,7 +112,7 @@ Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_
   }
   if (has_attention) {
     // The KV pool gets the rest, including what the whole slots left over.
-    const int64_t kv_budget = budget_bytes - plan.state_bytes();
+    const int64_t kv_budget = pool_budget - plan.state_bytes();
     const int64_t page_bytes = plan.bytes_per_kv_token * plan.page_size;
     plan.kv_pages = std::min<int64_t>(kv_budget / page_bytes, std::numeric_limits<int32_t>::max());
     if (plan.kv_pages == 0)

@@ -1,6 +1,8 @@
-// plan_memory: splits a memory budget between state slots (StatePool) and KV pages (KvPagePool)
-// and reports the resulting limits (bytes per slot, max running requests, max context) through the
-// API, so a caller sees why concurrency is what it is (DESIGN.md §6 "Slots").
+// plan_memory: splits a memory budget between state slots (StatePool) and KV pages (KvPagePool),
+// after reserving the per-step scratch that grows with the tokens of a step (Kimi K3's Attention
+// Residuals: the bank of block snapshots), and reports the resulting limits (bytes per slot, max
+// running requests, max context) through the API, so a caller sees why concurrency is what it is
+// (DESIGN.md §6 "Slots").
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,8 @@ inline constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 struct MemoryPlanOptions {
   StatePoolOptions state;  ///< dtypes of the state pool
   KvPagePoolOptions kv;    ///< page size and dtype of the KV pool
+  /// New tokens of one step at most (EngineOptions::max_batch_tokens): sizes the per-step scratch.
+  int64_t max_batch_tokens = 512;
 };
 
 struct MemoryPlan {
@@ -31,6 +35,10 @@ struct MemoryPlan {
   int64_t page_size = 0;    ///< tokens per KV page
   int64_t bytes_per_slot = 0;
   int64_t bytes_per_kv_token = 0;
+  /// Per-step scratch per new token (model::attn_res_scratch_bytes_per_token: Attention-Residual
+  /// bank + mixture; 0 for models without them), reserved before the split.
+  int64_t scratch_bytes_per_token = 0;
+  int64_t scratch_bytes = 0;  ///< scratch_bytes_per_token * max_batch_tokens
   /// min(state_slots, kv_pages): a running request owns one slot and at least one page.
   int64_t max_running_requests = 0;
   /// kv_pages * page_size: every page to one request (kNoLimit without attention layers).
@@ -42,7 +50,8 @@ struct MemoryPlan {
   std::string summary() const;
 };
 
-/// Splits `budget_bytes` between the state pool and the KV pool.
+/// Reserves the per-step scratch (scratch_bytes_per_token * options.max_batch_tokens), then
+/// splits the rest of `budget_bytes` between the state pool and the KV pool.
 ///
 /// `state_ratio` means what SGLang's --mamba-full-memory-ratio means: the ratio of state-pool bytes
 /// to KV-pool bytes (not a fraction of the budget). The state pools get
@@ -52,8 +61,9 @@ struct MemoryPlan {
 /// A model without linear layers gives the whole budget to KV, one without attention layers the
 /// whole budget to state (state_ratio is then ignored).
 ///
-/// Errors: budget <= 0; state_ratio negative or not finite; a share that holds no slot or no page
-/// ("plan_memory: budget 1.0 MiB holds no state slot: one slot needs 12.3 MiB ...").
+/// Errors: budget <= 0; state_ratio negative or not finite; max_batch_tokens < 1; scratch that
+/// leaves nothing; a share that holds no slot or no page ("plan_memory: budget 1.0 MiB holds no
+/// state slot: one slot needs 12.3 MiB ...").
 Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_bytes,
                                double state_ratio = 0.9, const MemoryPlanOptions& options = {});
 

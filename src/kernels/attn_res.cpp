@@ -1,0 +1,69 @@
+// Entry point of the Attention-Residual mixture (attn_res_mix): argument checks, then dispatch to
+// the CPU body.
+#include "kernels/attn_res.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace hyla::kernels {
+
+namespace {
+
+/// True when the byte ranges of two defined host views intersect.
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (!a.defined() || !b.defined()) return false;
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
+}
+
+Status check_attn_res_mix(const AttnResMixParams& p) {
+  constexpr const char* op = "attn_res_mix";
+  HYLA_RETURN_IF_ERROR(check_shape(op, "partial", p.partial, {kAnyDim, kAnyDim}, "T, d"));
+  const int64_t T = p.partial.size(0), d = p.partial.size(1);
+  int64_t n = 0;
+  if (p.blocks.defined()) {
+    HYLA_RETURN_IF_ERROR(check_shape(op, "blocks", p.blocks, {T, kAnyDim, d}, "T, n, d"));
+    n = p.blocks.size(1);
+    if (n < 1)
+      return invalid_argument(op, ": blocks has shape ", p.blocks.shape_string(),
+                              ", expected n >= 1 (leave blocks undefined for none)");
+  }
+  HYLA_RETURN_IF_ERROR(check_shape(op, "cw", p.cw, {d}, "d"));
+  HYLA_RETURN_IF_ERROR(check_shape(op, "y", p.y, {T, d}, "T, d"));
+  if (p.probs.defined())
+    HYLA_RETURN_IF_ERROR(check_shape(op, "probs", p.probs, {T, n + 1}, "T, n + 1"));
+  const Device device = p.partial.device();
+  for (const auto& [name, t] : {std::pair{"blocks", &p.blocks},
+                                {"partial", &p.partial},
+                                {"y", &p.y},
+                                {"probs", &p.probs}}) {
+    if (!t->defined()) continue;
+    HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32}));
+    HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
+    HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
+  }
+  HYLA_RETURN_IF_ERROR(check_dtype(op, "cw", p.cw, {DType::kF32, DType::kBF16}));
+  HYLA_RETURN_IF_ERROR(check_device(op, "cw", p.cw, device));
+  for (const auto& [name, t] : {std::pair{"blocks", &p.blocks}, {"partial", &p.partial}})
+    for (const auto& [out_name, out] : {std::pair{"y", &p.y}, {"probs", &p.probs}})
+      if (overlaps(*out, *t))
+        return invalid_argument(op, ": ", out_name, " overlaps ", name,
+                                "; the mixture is written to its own buffer");
+  if (!(p.eps > 0.0f) || !std::isfinite(p.eps))
+    return invalid_argument(op, ": eps is ", p.eps,
+                            ", expected a finite value > 0 (keeps zero rows finite)");
+  return ok_status();
+}
+
+}  // namespace
+
+Status attn_res_mix(const AttnResMixParams& p, Stream) {
+  HYLA_RETURN_IF_ERROR(check_attn_res_mix(p));
+  if (p.partial.device().is_cuda()) return unsupported("attn_res_mix: no CUDA body yet");
+  cpu::attn_res_mix(p);
+  return ok_status();
+}
+
+}  // namespace hyla::kernels

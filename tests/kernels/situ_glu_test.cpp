@@ -1,0 +1,156 @@
+// SiTU-GLU (situ_and_mul) against a float64 reference of Kimi K3's formula: odd I, T = 0, 1 and
+// larger, strided and misaligned x, y as a column slice of a wider buffer, in place over x's gate
+// half, other betas, saturation; argument errors.
+#include "kernels/situ_glu.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "strided_views.h"
+#include "testing.h"
+
+namespace hyla::kernels {
+namespace {
+
+using testing::padded_numel;
+using testing::padded_view;
+using testing::Tolerance;
+
+/// y[t, i] = beta tanh(g / beta) sigmoid(g) * linear_beta tanh(u / linear_beta) in float64;
+/// x is [T, 2I] row-major, g = x[t, i], u = x[t, I + i].
+std::vector<double> situ_and_mul_reference(const std::vector<double>& x, int64_t T, int64_t I,
+                                           double beta, double linear_beta) {
+  std::vector<double> y(size_t(T * I));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < I; ++i) {
+      const double g = x[size_t(t * 2 * I + i)], u = x[size_t(t * 2 * I + I + i)];
+      const double gate = beta * std::tanh(g / beta) / (1.0 + std::exp(-g));
+      y[size_t(t * I + i)] = gate * linear_beta * std::tanh(u / linear_beta);
+    }
+  }
+  return y;
+}
+
+// |y| <= beta * linear_beta = 100 for K3; fp32 tanhf / expf are within a few ulp each and there
+// are three products and a division: a few 1e-7 relative, 1e-5 leaves room without hiding a wrong
+// formula (a missing bound or sigmoid moves y by >= 1e-2 relative at these inputs).
+constexpr Tolerance kOutputTolerance = {
+    .atol = 1e-6, .rtol = 1e-5, .why = "fp32 tanhf / expf within a few ulp, four products"};
+
+enum class Layout { kContiguous, kStrided, kInPlace };
+
+struct SituCase {
+  int64_t T, I;
+  Layout layout;
+  float beta = 4.0f, linear_beta = 25.0f;
+
+  std::string name() const {
+    return str_cat("T", T, "_I", I,
+                   layout == Layout::kStrided   ? "_strided"
+                   : layout == Layout::kInPlace ? "_inplace"
+                                                : "",
+                   "_beta", beta, "_", linear_beta);
+  }
+};
+
+const SituCase kCases[] = {
+    {0, 8, Layout::kContiguous},
+    {1, 1, Layout::kContiguous},
+    {1, 17, Layout::kStrided},
+    {5, 128, Layout::kContiguous},
+    {33, 37, Layout::kStrided},
+    {7, 64, Layout::kInPlace},
+    {1, 33, Layout::kInPlace},
+    {300, 96, Layout::kStrided},
+    {9, 40, Layout::kContiguous, 1.0f, 3.0f},
+    {4, 24, Layout::kStrided, 10.0f, 0.5f},
+};
+
+TEST(SituAndMulTest, MatchesFloat64Reference) {
+  int seed = 0;
+  for (const SituCase& c : kCases) {
+    SCOPED_TRACE(c.name());
+    std::mt19937 rng(++seed);
+    const bool strided = c.layout == Layout::kStrided;
+    const int64_t x_pad = strided ? 3 : 0, x_offset = strided ? 1 : 0;
+    // strided y: columns [3, 3 + I) of a [T, I + 7] buffer
+    const int64_t y_pad = strided ? 7 : 0, y_offset = strided ? 3 : 0;
+    // std 20: gates and ups well into both tanh bounds (|x| >> beta) as well as near 0
+    Tensor x_storage = testing::random_normal({padded_numel({c.T, 2 * c.I}, x_pad, x_offset)},
+                                              DType::kF32, rng, 0.0f, 20.0f);
+    const TensorView x = padded_view(x_storage, {c.T, 2 * c.I}, x_pad, x_offset);
+    const std::vector<double> want =
+        situ_and_mul_reference(testing::to_f64(x), c.T, c.I, c.beta, c.linear_beta);
+    if (c.layout == Layout::kInPlace) {
+      // y = x[:, :I] over the same rows
+      const int64_t y_shape[] = {c.T, c.I}, y_strides[] = {x.stride(0), 1};
+      const TensorView y(x.raw(), DType::kF32, 2, y_shape, y_strides);
+      ASSERT_OK(situ_and_mul({.x = x, .beta = c.beta, .linear_beta = c.linear_beta, .y = y}));
+      EXPECT_CLOSE(y, want, kOutputTolerance);
+      continue;
+    }
+    Tensor y_storage = testing::poisoned({padded_numel({c.T, c.I}, y_pad, y_offset)}, DType::kF32);
+    const TensorView y = padded_view(y_storage, {c.T, c.I}, y_pad, y_offset);
+    ASSERT_OK(situ_and_mul({.x = x, .beta = c.beta, .linear_beta = c.linear_beta, .y = y}));
+    EXPECT_CLOSE(y, want, kOutputTolerance);
+    EXPECT_TRUE(testing::untouched_outside(y_storage, y));
+  }
+}
+
+TEST(SituAndMulTest, BoundsAndSaturatesWithoutNaN) {
+  // Huge gates and ups: y -> beta * linear_beta * sign(u) (g >> 0) or -0 (g << 0), never NaN or
+  // inf. gates [-1e30, 1e30, 100, 0.5], ups [1e30, -1e30, 0.5, 1e-3].
+  Tensor x =
+      testing::tensor_from({-1e30, 1e30, 100, 0.5, 1e30, -1e30, 0.5, 1e-3}, {1, 8}, DType::kF32);
+  Tensor y = testing::poisoned({1, 4}, DType::kF32);
+  ASSERT_OK(situ_and_mul({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y}));
+  EXPECT_CLOSE(y, situ_and_mul_reference(testing::to_f64(x), 1, 4, 4.0, 25.0),
+               {.atol = 1e-30, .rtol = 1e-6, .why = "saturated tanh and sigmoid are exact"});
+  EXPECT_EQ(testing::to_f64(y)[1], -100.0) << "4 tanh(2.5e29) sigmoid(1e30) * 25 tanh(-4e28)";
+}
+
+TEST(SituAndMulTest, RejectsBadArguments) {
+  std::mt19937 rng(5);
+  const int64_t T = 3, I = 4;
+  Tensor x = testing::random_normal({T, 2 * I}, DType::kF32, rng);
+  Tensor x_odd = testing::random_normal({T, 2 * I + 1}, DType::kF32, rng);
+  Tensor x_bf16 = testing::random_normal({T, 2 * I}, DType::kBF16, rng);
+  Tensor y = testing::poisoned({T, I}, DType::kF32);
+  Tensor y_wide = testing::poisoned({T, 2 * I}, DType::kF32);
+  const TensorView y_alias_packed(x.view().raw(), DType::kF32, {T, I});
+  const SituAndMulParams good = {.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y};
+
+  struct ErrorCase {
+    const char* name;
+    std::function<void(SituAndMulParams&)> change;
+    const char* error;
+  };
+  const ErrorCase cases[] = {
+      {"x_odd", [&](SituAndMulParams& p) { p.x = x_odd; },
+       "situ_and_mul: x has shape [3, 9], expected an even last dim (2I: gate then up)"},
+      {"y_shape", [&](SituAndMulParams& p) { p.y = y_wide; },
+       "situ_and_mul: y has shape [3, 8], expected [3, 4] (T, I)"},
+      {"x_dtype", [&](SituAndMulParams& p) { p.x = x_bf16; },
+       "situ_and_mul: x has dtype bf16, expected f32"},
+      {"alias_other_stride", [&](SituAndMulParams& p) { p.y = y_alias_packed; },
+       "situ_and_mul: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
+      {"beta_zero", [&](SituAndMulParams& p) { p.beta = 0.0f; },
+       "situ_and_mul: beta is 0, expected a finite value > 0"},
+      {"linear_beta_nan", [&](SituAndMulParams& p) { p.linear_beta = NAN; },
+       "situ_and_mul: linear_beta is nan, expected a finite value > 0"},
+      {"missing_y", [&](SituAndMulParams& p) { p.y = {}; }, "situ_and_mul: y is missing"},
+  };
+  for (const ErrorCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    SituAndMulParams p = good;
+    c.change(p);
+    EXPECT_ERROR_CONTAINS(situ_and_mul(p), c.error);
+  }
+  EXPECT_OK(situ_and_mul(good));
+}
+
+}  // namespace
+}  // namespace hyla::kernels
