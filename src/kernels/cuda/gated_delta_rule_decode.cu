@@ -548,7 +548,8 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
 
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v) {
   // Measured on the H200 (docs/perf.md, sweep of every tiling): the largest blocks that still give
-  // every SM one; the whole key head per block (cluster of 1) as soon as there are enough key heads.
+  // every SM one; the whole key head per block (cluster of 1) as soon as there are enough key
+  // heads.
   const int64_t target_blocks = 132;
   DecodeTiling best{};
   for (const DecodeTiling t : kTilings) {  // smallest first: the last one giving enough blocks
