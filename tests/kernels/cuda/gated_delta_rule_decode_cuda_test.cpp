@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/device_memory.h"
@@ -291,6 +292,27 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
     }
   }
   EXPECT_GE(runs, 20u) << "fewer tilings covered than the kernel is compiled for";
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
+  // Host logic only (no device needed): the choice docs/perf.md measured best on the H200.
+  auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v) {
+    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v);
+    return std::make_tuple(t.rows_per_block, t.warps, cuda::decode_cluster_size(t, group, d_v));
+  };
+  // Few key heads: the smallest blocks, a cluster per key head.
+  EXPECT_EQ(pick(1, 16, 2, 128), std::make_tuple(16, 4, 16));  // GDN H16/HV32, B = 1
+  EXPECT_EQ(pick(1, 32, 1, 128), std::make_tuple(16, 4, 8));   // KDA H32, B = 1
+  // From 128 key heads on: whole key heads per block, the most warps.
+  EXPECT_EQ(pick(8, 16, 2, 128), std::make_tuple(256, 8, 1));
+  EXPECT_EQ(pick(1024, 32, 1, 128), std::make_tuple(128, 4, 1));
+  // A key head of 512 rows (GVA 4:1): the largest blocks, a cluster of 2.
+  EXPECT_EQ(pick(64, 16, 4, 128), std::make_tuple(256, 8, 2));
+  // Every choice is a tiling the kernel can run.
+  for (int64_t B : {1, 3, 8, 64, 1024})
+    for (int64_t group : {1, 2, 4})
+      for (int64_t d : {64, 128})
+        EXPECT_GT(std::get<2>(pick(B, 4, group, d)), 0) << B << " " << group << " " << d;
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
