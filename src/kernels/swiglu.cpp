@@ -5,31 +5,26 @@
 
 namespace hyla::kernels {
 
-namespace {
-
-Status check_silu_and_mul(const SiluAndMulParams& p) {
-  constexpr const char* op = "silu_and_mul";
-  HYLA_RETURN_IF_ERROR(check_shape(op, "x", p.x, {kAnyDim, kAnyDim}, "T, 2I"));
-  const int64_t T = p.x.size(0), two_I = p.x.size(1);
+Status check_glu_layout(std::string_view op, const TensorView& x, const TensorView& y) {
+  HYLA_RETURN_IF_ERROR(check_shape(op, "x", x, {kAnyDim, kAnyDim}, "T, 2I"));
+  const int64_t T = x.size(0), two_I = x.size(1);
   if (two_I % 2 != 0)
-    return invalid_argument(op, ": x has shape ", p.x.shape_string(),
+    return invalid_argument(op, ": x has shape ", x.shape_string(),
                             ", expected an even last dim (2I: gate then up)");
-  HYLA_RETURN_IF_ERROR(check_shape(op, "y", p.y, {T, two_I / 2}, "T, I"));
-  for (const auto& [name, t] : {std::pair{"x", &p.x}, {"y", &p.y}}) {
+  HYLA_RETURN_IF_ERROR(check_shape(op, "y", y, {T, two_I / 2}, "T, I"));
+  for (const auto& [name, t] : {std::pair{"x", &x}, {"y", &y}}) {
     HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32}));
     HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
   }
-  HYLA_RETURN_IF_ERROR(check_device(op, "y", p.y, p.x.device()));
-  if (p.y.raw() == p.x.raw() && T > 1 && p.y.stride(0) != p.x.stride(0))
-    return invalid_argument(op, ": y aliases x with row stride ", p.y.stride(0), ", x has ",
-                            p.x.stride(0), "; in place needs the same row stride");
+  HYLA_RETURN_IF_ERROR(check_device(op, "y", y, x.device()));
+  if (y.raw() == x.raw() && T > 1 && y.stride(0) != x.stride(0))
+    return invalid_argument(op, ": y aliases x with row stride ", y.stride(0), ", x has ",
+                            x.stride(0), "; in place needs the same row stride");
   return ok_status();
 }
 
-}  // namespace
-
 Status silu_and_mul(const SiluAndMulParams& p, Stream) {
-  HYLA_RETURN_IF_ERROR(check_silu_and_mul(p));
+  HYLA_RETURN_IF_ERROR(check_glu_layout("silu_and_mul", p.x, p.y));
   if (p.x.device().is_cuda()) return unsupported("silu_and_mul: no CUDA body yet");
   cpu::silu_and_mul(p);
   return ok_status();

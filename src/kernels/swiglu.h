@@ -4,6 +4,8 @@
 // fp32 compute.
 #pragma once
 
+#include <string_view>
+
 #include "core/tensor.h"
 
 namespace hyla::kernels {
@@ -16,6 +18,11 @@ struct SiluAndMulParams {
 };
 
 Status silu_and_mul(const SiluAndMulParams& p, Stream stream = {});
+
+/// The fused gate/up layout every GLU entry takes (silu_and_mul, situ_and_mul): x [T, 2I] and
+/// y [T, I], f32, last dims contiguous, same device; y may be x's gate half in place only with
+/// x's row stride.
+Status check_glu_layout(std::string_view op, const TensorView& x, const TensorView& y);
 
 namespace cpu {
 void silu_and_mul(const SiluAndMulParams& p);
