@@ -404,6 +404,157 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
+/// Decode (T = 1) by independent warps: one block = one warp = kWarpRows state rows of one value
+/// head, with no barrier at all. Lane l owns key channels [l kPerLane, (l + 1) kPerLane): it
+/// computes the conv of exactly the q and k channels it multiplies, so the l2 norms are warp sums
+/// and q, k never leave registers; lanes 0..7 compute the rows' v channels (broadcast by shuffles)
+/// and advance their windows (this warp alone reads them); the gates come from registers. The q/k
+/// windows are read by every warp of the key head: the programmatic dependent kernel
+/// conv_qk_advance_kernel advances them once every block has signalled (launch_dependents) that
+/// its reads are done. commit = false (verify with one token): the state goes to step_states and
+/// no window is touched.
+constexpr int kWarpRows = 8;
+
+template <typename Ts, bool kKda, int kDk>
+__global__ void __launch_bounds__(32) decode_warp_kernel(const __grid_constant__ StepArgs p) {
+  constexpr int kPerLane = kDk / 32;
+  constexpr int kGroup = 4, kGroups = kWarpRows / kGroup;
+  const int b = blockIdx.y;
+  const int lane = threadIdx.x;
+  const int blocks_per_key_head = p.group * kDk / kWarpRows;
+  const int kh = blockIdx.x / blocks_per_key_head;
+  const int row0 = (blockIdx.x % blocks_per_key_head) * kWarpRows;  // within the key head
+  const int hv = kh * p.group + row0 / kDk;
+  const int slot = p.slots[b];
+  if (slot < 0 || slot >= p.num_slots) return;              // an exited block counts as signalled
+  const int64_t rows = int64_t(kh) * p.group * kDk + row0;  // row offset in [HV d_v]
+
+  Ts* const rows_ptr =
+      static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + rows) * kDk + lane * kPerLane;
+  float row[kGroups][kGroup][kPerLane];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u)
+      RowFragment<Ts, kPerLane>::load(rows_ptr + (g * kGroup + u) * kDk, row[g][u]);
+
+  // Gates: GDN one decay and beta per value head (every lane computes them), KDA a decay per key
+  // channel (each lane its own).
+  const float a_scale = expf(p.A_log[hv]);
+  const float beta = sigmoid(load_any(p.b, p.b_bf16, int64_t(b) * p.HV + hv));
+  float dd[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if constexpr (kKda) {
+      const int c = lane * kPerLane + j;
+      const float f =
+          load_any(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c) + p.dt_bias[hv * kDk + c];
+      dd[j] = expf(p.safe_gate ? p.lower_bound * sigmoid(a_scale * f) : -a_scale * softplus(f));
+    } else {
+      const float x = load_any(p.a, p.a_bf16, int64_t(b) * p.HV + hv) + p.dt_bias[hv];
+      dd[j] = expf(-a_scale * softplus(x));
+    }
+  }
+
+  // q, k: this lane's channels; v: lane r < kWarpRows computes row r's channel.
+  float qq[kPerLane], kk[kPerLane], ss[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int c = lane * kPerLane + j;
+    float y[1], next[kMaxK - 1];
+    conv_channel(p, b, 1, slot, int64_t(kh) * kDk + c, y, next);
+    qq[j] = y[0];
+    conv_channel(p, b, 1, slot, int64_t(p.H) * kDk + int64_t(kh) * kDk + c, y, next);
+    kk[j] = y[0];
+    ss[0] = fmaf(qq[j], qq[j], ss[0]);
+    ss[1] = fmaf(kk[j], kk[j], ss[1]);
+  }
+  float v_mine = 0.0f;
+  if (lane < kWarpRows) {
+    const int64_t ch = 2 * int64_t(p.H) * kDk + rows + lane;
+    float y[1], next[kMaxK - 1];
+    conv_channel(p, b, 1, slot, ch, y, next);
+    v_mine = y[0];
+    if (p.commit) store_window(p, slot, ch, next);
+  }
+  warp_sum_n(ss);
+  // Every q/k window value has gone into ss: this block's window reads are done. (The operand
+  // makes the signal wait for them.)
+  if (p.commit) asm volatile("griddepcontrol.launch_dependents;" ::"f"(ss[0] + ss[1]) : "memory");
+  const float rq = rsqrtf(ss[0] + kL2NormEps) * p.scale, rk = rsqrtf(ss[1] + kL2NormEps);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) qq[j] *= rq, kk[j] *= rk;
+
+    // Rows: row *= decay;  v_hat = <row, k>;  delta = beta (v - v_hat);  row += delta k;
+    // o = <row, q>; the group's reductions side by side.
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    float dot[kGroup];
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      dot[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        row[g][u][j] *= dd[j];
+        dot[u] = fmaf(row[g][u][j], kk[j], dot[u]);
+      }
+    }
+    warp_sum_n(dot);
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u) {
+      const float v = __shfl_sync(0xffffffffu, v_mine, g * kGroup + u);
+      const float delta = beta * (v - dot[u]);
+      dot[u] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        row[g][u][j] = fmaf(delta, kk[j], row[g][u][j]);
+        dot[u] = fmaf(row[g][u][j], qq[j], dot[u]);
+      }
+    }
+    warp_sum_n(dot);
+    float mine = dot[0];
+#pragma unroll
+    for (int u = 1; u < kGroup; ++u)
+      if (lane == u) mine = dot[u];
+    if (lane < kGroup)
+      store_any(p.o, p.o_bf16, int64_t(b) * p.HV * kDk + rows + g * kGroup + lane, mine);
+    Ts* const out = p.commit ? rows_ptr
+                             : static_cast<Ts*>(p.step_states) +
+                                   (int64_t(b) * p.HV * kDk + rows) * kDk + lane * kPerLane;
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u)
+      RowFragment<Ts, kPerLane>::store(out + (g * kGroup + u) * kDk, row[g][u]);
+  }
+}
+
+/// The q/k half of the decode's window advance (T = 1) for decode_warp_kernel, launched as its
+/// programmatic dependent: it starts once every block of the step has signalled that its window
+/// reads are done, writes window[j] = [window | new][1 + j], then waits for the step to complete,
+/// so that work after it in the stream sees the step's results too.
+__global__ void conv_qk_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_state,
+                                       bool conv_bf16, const int32_t* slots, int64_t num_slots,
+                                       int64_t conv_dim, int64_t qk_channels, int K) {
+  const int b = blockIdx.y;
+  const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int slot = slots[b];
+  if (ch < qk_channels && slot >= 0 && slot < num_slots) {
+    const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
+    float next[kMaxK - 1];
+#pragma unroll
+    for (int j = 0; j < kMaxK - 1; ++j) {
+      if (j >= K - 1) break;
+      next[j] = j + 1 < K - 1 ? load_any(conv_state, conv_bf16, base + j + 1)
+                              : load_any(qkv, qkv_bf16, int64_t(b) * conv_dim + ch);
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxK - 1; ++j) {
+      if (j >= K - 1) break;
+      store_any(conv_state, conv_bf16, base + j, next[j]);
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 /// After a verify call: advances each sequence's conv window by accepted[b] tokens: the new K-1
 /// entries are the last K-1 of [old window | the first n new inputs]. One thread per channel reads
 /// everything it needs before writing, so the update is in place and race-free.
@@ -473,7 +624,9 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
 
 /// The tilings compiled: {rows per block, warps per block}. (Capping registers so that 32 warps
 /// fit per SM at large batch spills 84-180 bytes per thread at d_k = 128: not compiled.)
-constexpr DecodeTiling kTilings[] = {{16, 4}, {32, 4}, {64, 4}, {128, 4}, {256, 4}, {256, 8}};
+/// {8, 1} is decode_warp_kernel (T = 1 only, no cluster; not chosen by the entry until measured).
+constexpr DecodeTiling kTilings[] = {{16, 4},  {32, 4},  {64, 4},       {128, 4},
+                                     {256, 4}, {256, 8}, {kWarpRows, 1}};
 
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
@@ -501,8 +654,36 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
   return ok_status();
 }
 
+/// decode_warp_kernel, then (commit) conv_qk_advance_kernel as its programmatic dependent.
+template <typename Ts, bool kKda, int kDk>
+Status launch_warps(const StepArgs& args, int B, cudaStream_t stream) {
+  if (args.T != 1)
+    return unsupported("gated_delta_rule_decode (CUDA): the one-warp tiling takes T = 1, got ",
+                       args.T);
+  const dim3 grid(unsigned(args.H * (args.group * kDk / kWarpRows)), unsigned(B));
+  decode_warp_kernel<Ts, kKda, kDk><<<grid, 32, 0, stream>>>(args);
+  HYLA_CUDA_CHECK(cudaGetLastError());
+  if (!args.commit) return ok_status();
+  const int64_t qk_channels = 2 * int64_t(args.H) * kDk;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned((qk_channels + 255) / 256), unsigned(B));
+  config.blockDim = dim3(256);
+  config.stream = stream;
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, conv_qk_advance_kernel, args.qkv, args.qkv_bf16,
+                                     args.conv_state, args.conv_bf16, args.slots, args.num_slots,
+                                     args.conv_dim, qk_channels, args.K));
+  return ok_status();
+}
+
 template <typename Ts, bool kKda, int kDk, int kT>
 Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
+  if (t.warps == 1 && t.rows_per_block == kWarpRows)
+    return launch_warps<Ts, kKda, kDk>(args, B, stream);
   const int key = t.rows_per_block * 100 + t.warps;
   switch (key) {
     case 1604: return launch_tiled<Ts, kKda, kDk, 16, 4, kT>(args, B, stream);
@@ -542,6 +723,7 @@ std::vector<DecodeTiling> decode_tilings() {
 
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
   const int64_t rows = group * d_v, r = tiling.rows_per_block;
+  if (tiling.warps == 1) return r == kWarpRows && d_v % r == 0 ? 1 : 0;  // no cluster
   if (r <= 0 || rows % r != 0) return 0;
   if (r > d_v && r % d_v != 0) return 0;
   const int64_t cluster = rows / r;
@@ -558,12 +740,13 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
   for (const DecodeTiling t : kTilings) {  // smallest blocks first, then more warps
     const int cluster = decode_cluster_size(t, group, d_v);
     if (cluster == 0) continue;
+    if (t.warps == 1) continue;  // the one-warp tiling: not measured yet
     if (!whole_heads) return t;
     if (cluster == 1) best = t;
   }
   if (best.rows_per_block == 0)  // a key head larger than any block: the largest blocks
     for (const DecodeTiling t : kTilings)
-      if (decode_cluster_size(t, group, d_v) > 0) best = t;
+      if (t.warps > 1 && decode_cluster_size(t, group, d_v) > 0) best = t;
   return best;
 }
 
@@ -586,7 +769,7 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   if (cluster == 0)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.rows_per_block,
                        " rows per block do not tile ", HV / H, " value heads of ", d_v, " rows");
-  if (tiling.warps != 4 && tiling.warps != 8)
+  if (tiling.warps != 1 && tiling.warps != 4 && tiling.warps != 8)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
   if (B == 0) return ok_status();
 
