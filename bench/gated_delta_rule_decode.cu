@@ -280,11 +280,16 @@ int main(int argc, char** argv) {
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
         const auto tl = is_default ? chosen : t.tiling;
-        const std::string name = tl.rows_per_block < 0
-                                     ? std::string("copy")
-                                     : str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
-                                               kernels::cuda::decode_cluster_size(tl, group, 128),
-                                               is_default ? "*" : "");
+        std::string name;
+        if (tl.rows_per_block < 0) {
+          name = "copy";
+        } else if (tl.bulk) {
+          name = str_cat("bulk", tl.rows_per_block, "w", tl.warps);
+        } else {
+          name = str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
+                         kernels::cuda::decode_cluster_size(tl, group, 128));
+        }
+        if (is_default) name += "*";
         std::printf("| %-22s | %5d | %-8s | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B,
                     name.c_str(), t.us, t.gbps, r.err_o, r.err_state);
         if (json)
