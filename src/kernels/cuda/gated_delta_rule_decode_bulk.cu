@@ -3,6 +3,7 @@
 // cp.async.bulk copies completing on mbarriers.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <mutex>
 
 #include "core/cuda_check.h"
@@ -223,6 +224,15 @@ Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream) {
   if (args.T != 1)
     return unsupported("gated_delta_rule_decode (CUDA): the bulk-copy tiling takes T = 1, got ",
                        args.T);
+  // Bulk copies move 16-byte multiples between 16-byte-aligned addresses (each chunk starts a
+  // multiple of its size past the pool's base).
+  const auto misaligned = [](const void* ptr) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 != 0;
+  };
+  if (misaligned(args.state) || (!args.commit && misaligned(args.step_states)))
+    return unsupported(
+        "gated_delta_rule_decode (CUDA): the bulk-copy tiling needs 16-byte-aligned "
+        "state pools");
   auto* kernel = decode_bulk_kernel<Ts, kKda, kDk>;
   constexpr uint32_t smem = bulk_smem_bytes<Ts, kDk>();
   static std::once_flag once;
