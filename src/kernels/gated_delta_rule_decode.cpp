@@ -47,6 +47,19 @@ Status check_step_geometry(std::string_view op, int64_t T, const TensorView& sta
 
 }  // namespace
 
+DecodeShape decode_shape(const GatedDeltaRuleDecodeParams& p) {
+  DecodeShape s{};
+  s.T = p.tokens_per_seq;
+  s.B = p.qkv.size(0) / s.T;
+  s.HV = p.state_pool.size(1);
+  s.d_v = p.state_pool.size(2);
+  s.d_k = p.state_pool.size(3);
+  s.conv_dim = p.qkv.size(1);
+  s.H = (s.conv_dim - s.HV * s.d_v) / (2 * s.d_k);
+  s.kda = p.a.ndim() == 3;
+  return s;
+}
+
 Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
   constexpr std::string_view op = "gated_delta_rule_decode";
   StepGeometry geo;

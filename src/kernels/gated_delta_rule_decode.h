@@ -72,6 +72,13 @@ struct GatedDeltaRuleCommitParams {
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream = {});
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream = {});
 
+/// Sizes of one decode call, read off the shapes (after check_gated_delta_rule_decode passed).
+struct DecodeShape {
+  int64_t T, B, H, HV, d_k, d_v, conv_dim;
+  bool kda;  ///< a is the per-channel KDA input f [B T, HV, d_k]
+};
+DecodeShape decode_shape(const GatedDeltaRuleDecodeParams& p);
+
 /// Shapes and dtypes of p (values of device-resident index tensors are not read).
 Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p);
 Status check_gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p);

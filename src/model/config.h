@@ -47,6 +47,9 @@ struct LinearAttentionConfig {
   int64_t gate_rank = 0;
   /// KDA only: entries of A_log stored in the checkpoint (K3 stores head_dim, uses num_heads).
   int64_t a_log_stored = 0;
+
+  /// Channels of the short conv, [q | k | v]: 2 H d_k + HV d_v (KDA: 3 H d).
+  int64_t conv_dim() const { return 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim; }
 };
 
 /// Qwen gated full attention.

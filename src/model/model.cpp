@@ -7,6 +7,7 @@
 
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
+#include "model/layers/linear_attention.h"
 
 namespace hyla::model {
 
@@ -43,8 +44,8 @@ SequenceState Model::new_sequence(int64_t capacity) const {
   s.capacity = capacity;
   for (MixerKind kind : config_.mixers) {
     switch (kind) {
-      case MixerKind::kGatedDeltaNet: s.layers.push_back(gdn_new_state(config_)); break;
-      case MixerKind::kKimiDelta: s.layers.push_back(kda_new_state(config_)); break;
+      case MixerKind::kGatedDeltaNet:
+      case MixerKind::kKimiDelta: s.layers.push_back(linear_new_state(config_)); break;
       case MixerKind::kFullAttention:
         s.layers.push_back(attention_new_state(config_, capacity));
         break;

@@ -19,24 +19,6 @@ namespace hyla::kernels::cpu {
 
 namespace {
 
-/// Sizes of one decode call, read from the shapes the entry has checked.
-struct DecodeShape {
-  int64_t T, B, H, HV, d_k, d_v;
-  bool kda;  ///< a is the per-channel KDA input f [B T, HV, d_k]
-};
-
-DecodeShape shape_of(const GatedDeltaRuleDecodeParams& p) {
-  DecodeShape s{};
-  s.T = p.tokens_per_seq;
-  s.B = p.qkv.size(0) / s.T;
-  s.HV = p.state_pool.size(1);
-  s.d_v = p.state_pool.size(2);
-  s.d_k = p.state_pool.size(3);
-  s.H = (p.qkv.size(1) - s.HV * s.d_v) / (2 * s.d_k);
-  s.kda = p.a.ndim() == 3;
-  return s;
-}
-
 /// A contiguous host fp32 view of `shape` over `buffer` (sized by the caller).
 TensorView f32_view(std::vector<float>& buffer, std::initializer_list<int64_t> shape) {
   return TensorView(buffer.data(), DType::kF32, shape);
@@ -45,9 +27,9 @@ TensorView f32_view(std::vector<float>& buffer, std::initializer_list<int64_t> s
 }  // namespace
 
 void gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
-  const DecodeShape s = shape_of(p);
+  const DecodeShape s = decode_shape(p);
   const int64_t T = s.T, H = s.H, HV = s.HV, d_k = s.d_k, d_v = s.d_v;
-  const int64_t conv_dim = p.qkv.size(1);
+  const int64_t conv_dim = s.conv_dim;
   // fp32 steps of a bf16 pool are rounded into step_states after the sequence; an fp32 pool's
   // step_states are written directly
   const bool round_steps = !p.commit && p.state_pool.dtype() != DType::kF32;

@@ -259,21 +259,7 @@ __global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_s
   if (slot < 0 || slot >= num_slots) return;
   const int n = accepted[b];
   if (n <= 0 || n > T) return;
-  const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
-  float next[kMaxK - 1];
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) {
-    if (j >= K - 1) break;
-    const int pos = n + j;  // position in [old (K-1) | new (n)]
-    next[j] = pos < K - 1
-                  ? load_any(conv_state, conv_bf16, base + pos)
-                  : load_any(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
-  }
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) {
-    if (j >= K - 1) break;
-    store_any(conv_state, conv_bf16, base + j, next[j]);
-  }
+  advance_window(qkv, qkv_bf16, conv_state, conv_bf16, b, slot, conv_dim, ch, n, T, K);
 }
 
 /// state_pool[slot] = step_states[b, accepted[b] - 1], 16 bytes per thread.
@@ -426,13 +412,11 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
                                      Stream stream_handle) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle.handle);
-  const int T = int(p.tokens_per_seq);
-  const int B = int(p.qkv.size(0) / T);
-  const int HV = int(p.state_pool.size(1)), d_v = int(p.state_pool.size(2)),
-            d_k = int(p.state_pool.size(3));
-  const int64_t conv_dim = p.qkv.size(1);
-  const int H = int((conv_dim - int64_t(HV) * d_v) / (2 * d_k));
-  const bool kda = p.a.ndim() == 3;
+  const DecodeShape s = decode_shape(p);
+  const int T = int(s.T), B = int(s.B), HV = int(s.HV), d_v = int(s.d_v), d_k = int(s.d_k),
+            H = int(s.H);
+  const int64_t conv_dim = s.conv_dim;
+  const bool kda = s.kda;
   if (d_v != d_k)
     return unsupported("gated_delta_rule_decode (CUDA): d_v = ", d_v, " != d_k = ", d_k);
   if (p.conv_weight.size(1) > kMaxK)
@@ -498,10 +482,9 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
 }
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
-  const int64_t T = p.tokens_per_seq, B = p.qkv.size(0) / T;
-  const int64_t HV = p.state_pool.size(1), d_v = p.state_pool.size(2), d_k = p.state_pool.size(3);
-  const int64_t H = (p.qkv.size(1) - HV * d_v) / (2 * d_k);
-  return gated_delta_rule_decode_tiled(p, default_decode_tiling(B, H, HV / H, d_v), stream);
+  const DecodeShape s = decode_shape(p);
+  return gated_delta_rule_decode_tiled(p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v),
+                                       stream);
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {

@@ -174,6 +174,29 @@ __device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
   }
 }
 
+/// Advances channel ch's window of the sequence in row block b (slot `slot`) by its first n of T
+/// new inputs: the new K-1 entries are the last K-1 of [old window | new]. Reads everything before
+/// writing, so it is in place.
+__device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, void* conv_state,
+                                               bool conv_bf16, int b, int slot, int64_t conv_dim,
+                                               int64_t ch, int n, int T, int K) {
+  const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
+  float next[kMaxK - 1];
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    if (j >= K - 1) break;
+    const int pos = n + j;  // position in [old (K-1) | new (n)]
+    next[j] = pos < K - 1
+                  ? load_any(conv_state, conv_bf16, base + pos)
+                  : load_any(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    if (j >= K - 1) break;
+    store_any(conv_state, conv_bf16, base + j, next[j]);
+  }
+}
+
 /// decode_warp_kernel's rows per block (one warp; gated_delta_rule_decode_warp.cu).
 constexpr int kWarpRows = 8;
 /// decode_bulk_kernel (gated_delta_rule_decode_bulk.cu): rows per shared-memory chunk, chunks in

@@ -140,21 +140,9 @@ __global__ void conv_qk_advance_kernel(const void* qkv, bool qkv_bf16, void* con
   const int b = blockIdx.y;
   const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int slot = slots[b];
-  if (ch < qk_channels && slot >= 0 && slot < num_slots) {
-    const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
-    float next[kMaxK - 1];
-#pragma unroll
-    for (int j = 0; j < kMaxK - 1; ++j) {
-      if (j >= K - 1) break;
-      next[j] = j + 1 < K - 1 ? load_any(conv_state, conv_bf16, base + j + 1)
-                              : load_any(qkv, qkv_bf16, int64_t(b) * conv_dim + ch);
-    }
-#pragma unroll
-    for (int j = 0; j < kMaxK - 1; ++j) {
-      if (j >= K - 1) break;
-      store_any(conv_state, conv_bf16, base + j, next[j]);
-    }
-  }
+  if (ch < qk_channels && slot >= 0 && slot < num_slots)
+    advance_window(qkv, qkv_bf16, conv_state, conv_bf16, b, slot, conv_dim, ch, /*n=*/1, /*T=*/1,
+                   K);
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 

@@ -28,14 +28,6 @@ GdnLayout layout_of(const ModelConfig& c) {
 
 }  // namespace
 
-LayerState gdn_new_state(const ModelConfig& config) {
-  const GdnLayout l = layout_of(config);
-  LayerState s;
-  s.conv_state = Tensor::zeros({1, l.conv_dim(), config.linear.conv_kernel - 1}, DType::kF32);
-  s.ssm_state = Tensor::zeros({1, l.HV, l.d_v, l.d_k}, DType::kF32);
-  return s;
-}
-
 Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorView& x,
                    const LinearMemory& memory, const TensorView& out) {
   const GdnLayout l = layout_of(config);

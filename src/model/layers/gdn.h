@@ -24,9 +24,6 @@ struct GdnWeights {
   Tensor out_proj;  ///< [hidden, HV d_v]
 };
 
-/// Fresh state: conv [1, conv_dim, K-1] and SSM [1, HV, d_v, d_k], zeros.
-LayerState gdn_new_state(const ModelConfig& config);
-
 /// x: [T, hidden] f32 (already normed), the new tokens of memory's sequences; out: [T, hidden] f32.
 Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorView& x,
                    const LinearMemory& memory, const TensorView& out);

@@ -34,14 +34,6 @@ KdaLayout layout_of(const ModelConfig& c) {
 
 }  // namespace
 
-LayerState kda_new_state(const ModelConfig& config) {
-  const KdaLayout l = layout_of(config);
-  LayerState s;
-  s.conv_state = Tensor::zeros({1, l.conv_dim(), config.linear.conv_kernel - 1}, DType::kF32);
-  s.ssm_state = Tensor::zeros({1, l.H, l.d, l.d}, DType::kF32);
-  return s;
-}
-
 Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorView& x,
                    const LinearMemory& memory, const TensorView& out) {
   const KdaLayout l = layout_of(config);

@@ -27,8 +27,6 @@ struct KdaWeights {
   Tensor o_proj;   ///< [hidden, H d]
 };
 
-LayerState kda_new_state(const ModelConfig& config);
-
 /// x: [T, hidden] f32 (already normed), the new tokens of memory's sequences; out: [T, hidden] f32.
 Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorView& x,
                    const LinearMemory& memory, const TensorView& out);

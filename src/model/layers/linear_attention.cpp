@@ -6,6 +6,14 @@
 
 namespace hyla::model {
 
+LayerState linear_new_state(const ModelConfig& config) {
+  const LinearAttentionConfig& l = config.linear;
+  LayerState s;
+  s.conv_state = Tensor::zeros({1, l.conv_dim(), l.conv_kernel - 1}, DType::kF32);
+  s.ssm_state = Tensor::zeros({1, l.num_v_heads, l.head_v_dim, l.head_k_dim}, DType::kF32);
+  return s;
+}
+
 Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                        const LinearMemory& memory, const TensorView& mixed) {
   if (memory.decode) {  // one token per sequence: slide each window

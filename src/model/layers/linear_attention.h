@@ -4,9 +4,13 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "model/config.h"
 #include "model/layer_state.h"
 
 namespace hyla::model {
+
+/// Fresh state of a GDN or KDA layer: conv [1, conv_dim, K-1] and SSM [1, HV, d_v, d_k], zeros.
+LayerState linear_new_state(const ModelConfig& config);
 
 /// mixed = silu(causal_conv1d(qkv)) with each sequence's window in its slot; qkv, mixed:
 /// [T, conv_dim].

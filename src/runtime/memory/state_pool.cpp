@@ -24,8 +24,7 @@ struct LinearGeometry {
 
 LinearGeometry geometry_of(const ModelConfig& c) {
   const model::LinearAttentionConfig& l = c.linear;
-  return {2 * l.num_k_heads * l.head_k_dim + l.num_v_heads * l.head_v_dim, l.conv_kernel - 1,
-          l.num_v_heads, l.head_v_dim, l.head_k_dim};
+  return {l.conv_dim(), l.conv_kernel - 1, l.num_v_heads, l.head_v_dim, l.head_k_dim};
 }
 
 int64_t num_linear_layers(const ModelConfig& c) {
