@@ -63,19 +63,6 @@ double rel_l2(const Tensor& got, const Tensor& want) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-/// The floor of this harness: the same state bytes read and written in place by a plain copy
-/// (16 rows of d = 128 fp32 per block, 4 x 16 bytes per thread, slot read first), no math.
-__global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int64_t heads_rows) {
-  const int b = blockIdx.y;
-  const int64_t slot = slots[b];
-  float4* base = state + (slot * heads_rows + int64_t(blockIdx.x) * 16) * 32;
-  float4 x[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) x[i] = base[threadIdx.x + i * 128];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) base[threadIdx.x + i * 128] = x[i];
-}
-
 struct Timing {
   kernels::cuda::DecodeTiling tiling;  ///< rows_per_block 0 = the entry's own choice
   double us, gbps;
@@ -177,13 +164,6 @@ CaseResult run_case(const Case& c, int B, int d,
   variants.insert(variants.end(), sweep.begin(), sweep.end());
   for (const kernels::cuda::DecodeTiling tiling : variants) {
     auto step = [&](Stream s) {
-      if (tiling.rows_per_block < 0) {  // the copy floor
-        state_copy_floor_kernel<<<dim3(unsigned(c.HV * d / 16), unsigned(B)), 128, 0,
-                                  static_cast<cudaStream_t>(s.handle)>>>(
-            static_cast<float4*>(d_state.view().raw()), p.slots.data<int32_t>(), int64_t(c.HV) * d);
-        HYLA_CUDA_CHECK(cudaGetLastError());
-        return ok_status();
-      }
       return tiling.rows_per_block == 0
                  ? kernels::gated_delta_rule_decode(p, s)
                  : kernels::cuda::gated_delta_rule_decode_tiled(p, tiling, s);
@@ -233,9 +213,8 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device visible: nothing to benchmark\n");
     return 0;
   }
-  // --sweep: every tiling; --floor: also a plain in-place copy of the same state bytes (this
-  // harness's floor); --only gdn|kda, --batch B, --rows R: one slice (for a profiler).
-  bool sweep = false, floor = false;
+  // --sweep: every tiling; --only gdn|kda, --batch B, --rows R: one slice (for a profiler).
+  bool sweep = false;
   const char* json_path = nullptr;
   std::string only;
   int only_batch = 0, only_rows = 0;
@@ -243,8 +222,6 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--sweep") {
       sweep = true;
-    } else if (arg == "--floor") {
-      floor = true;
     } else if (arg == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (arg == "--batch" && i + 1 < argc) {
@@ -274,22 +251,14 @@ int main(int argc, char** argv) {
         if (kernels::cuda::decode_cluster_size(t, group, 128) == 0) continue;
         if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
-      if (floor) tilings.push_back({-1, 0});
       const CaseResult r = run_case(c, B, 128, tilings);
       const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128);
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
         const auto tl = is_default ? chosen : t.tiling;
-        std::string name;
-        if (tl.rows_per_block < 0) {
-          name = "copy";
-        } else if (tl.bulk) {
-          name = str_cat("bulk", tl.rows_per_block, "w", tl.warps);
-        } else {
-          name = str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
-                         kernels::cuda::decode_cluster_size(tl, group, 128));
-        }
-        if (is_default) name += "*";
+        const std::string name =
+            str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
+                    kernels::cuda::decode_cluster_size(tl, group, 128), is_default ? "*" : "");
         std::printf("| %-22s | %5d | %-8s | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B,
                     name.c_str(), t.us, t.gbps, r.err_o, r.err_state);
         if (json)

@@ -1,39 +1,194 @@
-// CUDA body of the fused decode / verify step and the commit (kernels/gated_delta_rule_decode.h):
-// the tilings and the entry, the block kernel, the commit kernels, the gated norm.
+// CUDA body of the fused decode / verify step and the commit (kernels/gated_delta_rule_decode.h).
 //
 // Decode is bound by the state: per (sequence, value head) d_v x d_k fp32 = 64 KiB read and written
 // per token. Unit of work: one (sequence, key head), whose `group` value heads' rows are contiguous
-// in the pool. The block kernel (decode_step_kernel, any T) gives each thread block rows_per_block
-// of those rows (tilings: gated_delta_rule_decode_tiling.h); the blocks of one key head form a
-// thread-block cluster. Each block:
+// in the pool. A thread block owns rows_per_block of those rows (tiling: gated_delta_rule_decode_
+// tiling.h); the blocks of one key head form a thread-block cluster. Each block:
 //   1. issues the loads of its first state rows (registers, 16-byte loads for fp32), so the state
 //      bytes are in flight during everything else;
 //   2. computes the key head's 2 d_k q/k conv channels (window + SiLU; its threads share them
 //      through shared memory), its own rows' v channels and the gates; a v window is advanced at
-//      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier;
+//      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier says every
+//      block has read them;
 //   3. l2-normalises q and k (each warp for itself) and streams its rows: each warp holds a row as
 //      32 lanes x d_k / 32 contiguous elements, runs the T tokens on it (decay, predict = warp
-//      sum, write, read = warp sum), stores it back (decode) or stores every step's copy
-//      (verify), the next row group's loads in flight meanwhile.
-// Two T = 1 kernels live beside it: the one-warp kernel (gated_delta_rule_decode_warp.cu) and the
-// bulk-copy kernel (gated_delta_rule_decode_bulk.cu). Gated RMSNorm, when asked, runs as one more
-// kernel. No host synchronisation: graph-capturable.
+//      sum, write, read = warp sum), stores it back (decode) or stores every step's copy (verify),
+//      the next row group's loads in flight meanwhile.
+// Gated RMSNorm, when asked, runs as a second kernel. No host synchronisation: graph-capturable.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <iterator>
 #include <mutex>
 
 #include "core/cuda_check.h"
-#include "kernels/cuda/gated_delta_rule_decode_common.cuh"
 #include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
+#include "kernels/scalar_math.h"
 
 namespace hyla::kernels::cuda {
 
 namespace {
 
-using namespace decode_detail;
+constexpr int kMaxT = int(kMaxDecodeTokens);
+constexpr int kMaxK = 4;  // conv taps handled (K in [2, 4]); shorter kernels are zero-padded
+
+/// Everything the step kernel reads and writes; pointers into device memory.
+struct StepArgs {
+  const void* qkv;  ///< [B T, conv_dim]
+  bool qkv_bf16;
+  const float* conv_w;  ///< [conv_dim, K]
+  void* conv_state;     ///< [slots, conv_dim, K-1]
+  bool conv_bf16;
+  const void* a;  ///< GDN [B T, HV]; KDA [B T, HV, d_k]
+  bool a_bf16;
+  const void* b;  ///< [B T, HV]
+  bool b_bf16;
+  const float* A_log;    ///< [HV]
+  const float* dt_bias;  ///< GDN [HV]; KDA [HV, d_k]
+  float lower_bound;
+  bool safe_gate;
+  void* state;        ///< [slots, HV, d_v, d_k] (Ts)
+  void* step_states;  ///< [B, T, HV, d_v, d_k] (Ts), verify only
+  const int32_t* slots;
+  void* o;  ///< [B T, HV, d_v]
+  bool o_bf16;
+  int64_t num_slots, conv_dim;
+  int T, K, H, HV, group, cluster;
+  float scale;
+  bool commit;
+};
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(uint32_t(bits) << 16);
+}
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+/// Element i of an f32 or bf16 array.
+__device__ __forceinline__ float load_any(const void* p, bool is_bf16, int64_t i) {
+  return is_bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
+                 : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void store_any(void* p, bool is_bf16, int64_t i, float x) {
+  if (is_bf16) {
+    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(x);
+  } else {
+    static_cast<float*>(p)[i] = x;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+/// kN consecutive state elements as fp32 registers (16-byte loads for 4 x fp32, 8 for 4 x bf16).
+template <typename Ts, int kN>
+struct RowFragment;
+template <>
+struct RowFragment<float, 4> {
+  static __device__ __forceinline__ void load(const float* p, float (&x)[4]) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&x)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  }
+};
+template <>
+struct RowFragment<float, 2> {
+  static __device__ __forceinline__ void load(const float* p, float (&x)[2]) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&x)[2]) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+  }
+};
+template <>
+struct RowFragment<uint16_t, 4> {
+  static __device__ __forceinline__ void load(const uint16_t* p, float (&x)[4]) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
+    x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
+  }
+  static __device__ __forceinline__ void store(uint16_t* p, const float (&x)[4]) {
+    uint2 v;
+    v.x = uint32_t(float_to_bf16_bits(x[0])) | (uint32_t(float_to_bf16_bits(x[1])) << 16);
+    v.y = uint32_t(float_to_bf16_bits(x[2])) | (uint32_t(float_to_bf16_bits(x[3])) << 16);
+    *reinterpret_cast<uint2*>(p) = v;
+  }
+};
+template <>
+struct RowFragment<uint16_t, 2> {
+  static __device__ __forceinline__ void load(const uint16_t* p, float (&x)[2]) {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
+    x[0] = __uint_as_float(v << 16), x[1] = __uint_as_float(v & 0xffff0000u);
+  }
+  static __device__ __forceinline__ void store(uint16_t* p, const float (&x)[2]) {
+    *reinterpret_cast<uint32_t*>(p) =
+        uint32_t(float_to_bf16_bits(x[0])) | (uint32_t(float_to_bf16_bits(x[1])) << 16);
+  }
+};
+
+/// One conv channel over the T new tokens: y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]), where u is
+/// the channel's window (K-1 oldest-first entries from the pool) followed by the new inputs; next
+/// gets the advanced window, the last K-1 entries of [window | new]. Kernels shorter than kMaxK
+/// are zero-padded on the old side so every register index is a compile-time constant.
+template <int kT>
+__device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int T, int slot, int64_t ch,
+                                             float (&y)[kT], float (&next)[kMaxK - 1]) {
+  constexpr int kLen = kMaxK - 1 + kT;
+  float seq[kLen];
+  float w[kMaxK];
+  const int pad = kMaxK - p.K;
+  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j) w[j] = j >= pad ? p.conv_w[ch * p.K + (j - pad)] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j)
+    seq[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
+#pragma unroll
+  for (int t = 0; t < kT; ++t)
+    seq[kMaxK - 1 + t] =
+        t < T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0.0f;
+#pragma unroll
+  for (int t = 0; t < kT; ++t) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j) acc = fmaf(w[j], seq[t + j], acc);
+    y[t] = silu(acc);
+  }
+  const int first = kMaxK - 1 + T - (p.K - 1);  // real entries: seq[pad, kMaxK - 1 + T)
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    next[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kLen; ++i)
+      if (i == first + j) next[j] = seq[i];
+  }
+}
+
+/// Writes an advanced window back to the pool.
+__device__ __forceinline__ void store_window(const StepArgs& p, int slot, int64_t ch,
+                                             const float (&next)[kMaxK - 1]) {
+  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j)
+    if (j < p.K - 1) store_any(p.conv_state, p.conv_bf16, window + j, next[j]);
+}
+
+/// Sums each of the kN values over the warp; the kN shuffle chains interleave (independent work).
+template <int kN>
+__device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], offset);
+  }
+}
 
 /// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
 /// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
@@ -259,7 +414,21 @@ __global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_s
   if (slot < 0 || slot >= num_slots) return;
   const int n = accepted[b];
   if (n <= 0 || n > T) return;
-  advance_window(qkv, qkv_bf16, conv_state, conv_bf16, b, slot, conv_dim, ch, n, T, K);
+  const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
+  float next[kMaxK - 1];
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    if (j >= K - 1) break;
+    const int pos = n + j;  // position in [old (K-1) | new (n)]
+    next[j] = pos < K - 1
+                  ? load_any(conv_state, conv_bf16, base + pos)
+                  : load_any(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    if (j >= K - 1) break;
+    store_any(conv_state, conv_bf16, base + j, next[j]);
+  }
 }
 
 /// state_pool[slot] = step_states[b, accepted[b] - 1], 16 bytes per thread.
@@ -301,11 +470,7 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
 
 /// The tilings compiled: {rows per block, warps per block}. (Capping registers so that 32 warps
 /// fit per SM at large batch spills 84-180 bytes per thread at d_k = 128: not compiled.)
-/// {8, 1} is decode_warp_kernel, {32, 8, bulk} decode_bulk_kernel (both T = 1 only, no cluster;
-/// not chosen by the entry until measured).
-constexpr DecodeTiling kTilings[] = {
-    {16, 4},  {32, 4},  {64, 4},        {128, 4},
-    {256, 4}, {256, 8}, {kWarpRows, 1}, {kBulkRows, kBulkWarps, true}};
+constexpr DecodeTiling kTilings[] = {{16, 4}, {32, 4}, {64, 4}, {128, 4}, {256, 4}, {256, 8}};
 
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
@@ -335,9 +500,6 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
 
 template <typename Ts, bool kKda, int kDk, int kT>
 Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
-  if (t.bulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
-  if (t.warps == 1 && t.rows_per_block == kWarpRows)
-    return launch_warps<Ts, kKda, kDk>(args, B, stream);
   const int key = t.rows_per_block * 100 + t.warps;
   switch (key) {
     case 1604: return launch_tiled<Ts, kKda, kDk, 16, 4, kT>(args, B, stream);
@@ -377,12 +539,6 @@ std::vector<DecodeTiling> decode_tilings() {
 
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
   const int64_t rows = group * d_v, r = tiling.rows_per_block;
-  if (tiling.warps == 1) return r == kWarpRows && d_v % r == 0 ? 1 : 0;  // no cluster
-  if (tiling.bulk)  // whole key heads, no cluster
-    return r == kBulkRows && tiling.warps == kBulkWarps && group <= kBulkMaxGroup &&
-                   d_v % kBulkRows == 0
-               ? 1
-               : 0;
   if (r <= 0 || rows % r != 0) return 0;
   if (r > d_v && r % d_v != 0) return 0;
   const int64_t cluster = rows / r;
@@ -399,24 +555,25 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
   for (const DecodeTiling t : kTilings) {  // smallest blocks first, then more warps
     const int cluster = decode_cluster_size(t, group, d_v);
     if (cluster == 0) continue;
-    if (t.warps == 1 || t.bulk) continue;  // the one-warp and bulk tilings: not measured yet
     if (!whole_heads) return t;
     if (cluster == 1) best = t;
   }
   if (best.rows_per_block == 0)  // a key head larger than any block: the largest blocks
     for (const DecodeTiling t : kTilings)
-      if (t.warps > 1 && !t.bulk && decode_cluster_size(t, group, d_v) > 0) best = t;
+      if (decode_cluster_size(t, group, d_v) > 0) best = t;
   return best;
 }
 
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
                                      Stream stream_handle) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle.handle);
-  const DecodeShape s = decode_shape(p);
-  const int T = int(s.T), B = int(s.B), HV = int(s.HV), d_v = int(s.d_v), d_k = int(s.d_k),
-            H = int(s.H);
-  const int64_t conv_dim = s.conv_dim;
-  const bool kda = s.kda;
+  const int T = int(p.tokens_per_seq);
+  const int B = int(p.qkv.size(0) / T);
+  const int HV = int(p.state_pool.size(1)), d_v = int(p.state_pool.size(2)),
+            d_k = int(p.state_pool.size(3));
+  const int64_t conv_dim = p.qkv.size(1);
+  const int H = int((conv_dim - int64_t(HV) * d_v) / (2 * d_k));
+  const bool kda = p.a.ndim() == 3;
   if (d_v != d_k)
     return unsupported("gated_delta_rule_decode (CUDA): d_v = ", d_v, " != d_k = ", d_k);
   if (p.conv_weight.size(1) > kMaxK)
@@ -426,7 +583,7 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   if (cluster == 0)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.rows_per_block,
                        " rows per block do not tile ", HV / H, " value heads of ", d_v, " rows");
-  if (tiling.warps != 1 && tiling.warps != 4 && tiling.warps != 8)
+  if (tiling.warps != 4 && tiling.warps != 8)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
   if (B == 0) return ok_status();
 
@@ -482,9 +639,10 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
 }
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
-  const DecodeShape s = decode_shape(p);
-  return gated_delta_rule_decode_tiled(p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v),
-                                       stream);
+  const int64_t T = p.tokens_per_seq, B = p.qkv.size(0) / T;
+  const int64_t HV = p.state_pool.size(1), d_v = p.state_pool.size(2), d_k = p.state_pool.size(3);
+  const int64_t H = (p.qkv.size(1) - HV * d_v) / (2 * d_k);
+  return gated_delta_rule_decode_tiled(p, default_decode_tiling(B, H, HV / H, d_v), stream);
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {

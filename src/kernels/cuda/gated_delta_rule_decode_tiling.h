@@ -23,9 +23,6 @@ namespace hyla::kernels::cuda {
 struct DecodeTiling {
   int rows_per_block = 0;  ///< must divide group d_v
   int warps = 4;           ///< warps per block
-  /// Whole key heads per block, rows staged through shared memory by bulk copies (TMA) in chunks
-  /// of rows_per_block rows (T = 1 only).
-  bool bulk = false;
 };
 
 /// The tilings the kernel is compiled for, smallest blocks first.

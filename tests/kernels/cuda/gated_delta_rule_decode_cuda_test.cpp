@@ -274,8 +274,7 @@ TEST(GatedDeltaRuleDecodeCudaTest, LargeBatchMatchesCpu) {
 TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
   // every geometry it can serve: cluster sizes 1 to 16, blocks inside one value head and blocks
-  // spanning several (GVA 2:1 and 4:1), the one-warp kernel with its dependent window kernel, the
-  // bulk-copy kernel, both head dims, both pool dtypes.
+  // spanning several (GVA 2:1 and 4:1), both head dims, both pool dtypes.
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
   uint32_t n = 0, runs = 0;
@@ -288,14 +287,11 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   for (const DecodeCase& c : cases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      // The one-warp and bulk tilings are decode-only (T = 1; verify with one token included).
-      const bool decode_only = t.warps == 1 || t.bulk;
-      for (int64_t T : {1, 3})
-        if (!decode_only || T == 1) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
+      for (int64_t T : {1, 3}) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
       ++runs;
     }
   }
-  EXPECT_GE(runs, 28u) << "fewer tilings covered than the kernel is compiled for";
+  EXPECT_GE(runs, 20u) << "fewer tilings covered than the kernel is compiled for";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
