@@ -63,6 +63,35 @@ double rel_l2(const Tensor& got, const Tensor& want) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
+/// The floors of this harness: the same state bytes read and written by a plain copy (16 rows of
+/// d = 128 fp32 per block, 4 x 16 bytes per thread, slot read first), no math. kMode 0: in place
+/// (what the decode step does); 1: in place with streaming cache hints (ld/st .cs); 2: out of
+/// place, into the slot `shift` further on (what fla's public decode does: a fresh state; at small
+/// B the next step then finds its state in L2, so that row is no floor there). Mode 0 is also
+/// timed launched in clusters of 16 blocks, as the small-batch decode tilings are. Each
+/// value is stored times `one` (1 at run time) so that the compiler cannot drop the stores.
+template <int kMode>
+__global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int64_t heads_rows,
+                                        int64_t shift, int64_t num_slots, float one) {
+  const int b = blockIdx.y;
+  const int64_t slot = slots[b];
+  const int64_t offset = int64_t(blockIdx.x) * 16 * 32 + threadIdx.x;
+  const float4* src = state + slot * heads_rows * 32 + offset;
+  float4* dst = state + (kMode == 2 ? (slot + shift) % num_slots : slot) * heads_rows * 32 + offset;
+  float4 x[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) x[i] = kMode == 1 ? __ldcs(src + i * 128) : src[i * 128];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 y = make_float4(x[i].x * one, x[i].y * one, x[i].z * one, x[i].w * one);
+    if (kMode == 1) {
+      __stcs(dst + i * 128, y);
+    } else {
+      dst[i * 128] = y;
+    }
+  }
+}
+
 struct Timing {
   kernels::cuda::DecodeTiling tiling;  ///< rows_per_block 0 = the entry's own choice
   double us, gbps;
@@ -164,6 +193,38 @@ CaseResult run_case(const Case& c, int B, int d,
   variants.insert(variants.end(), sweep.begin(), sweep.end());
   for (const kernels::cuda::DecodeTiling tiling : variants) {
     auto step = [&](Stream s) {
+      if (tiling.rows_per_block < 0) {  // a copy floor: -1 in place, -2 .cs hints, -3 out of place
+        const dim3 grid(unsigned(c.HV * d / 16), unsigned(B));
+        const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
+        float4* state = static_cast<float4*>(d_state.view().raw());
+        const int32_t* ids = p.slots.data<int32_t>();
+        const int64_t rows = int64_t(c.HV) * d;
+        if (tiling.rows_per_block == -1)
+          state_copy_floor_kernel<0><<<grid, 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
+        if (tiling.rows_per_block == -2)
+          state_copy_floor_kernel<1><<<grid, 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
+        if (tiling.rows_per_block == -3)
+          state_copy_floor_kernel<2><<<grid, 128, 0, st>>>(state, ids, rows, B, slots, 1.0f);
+        if (tiling.rows_per_block == -4) {  // in place, launched in clusters of 16 blocks
+          cudaLaunchConfig_t config{};
+          config.gridDim = grid;
+          config.blockDim = dim3(128);
+          config.stream = st;
+          cudaLaunchAttribute cluster{};
+          cluster.id = cudaLaunchAttributeClusterDimension;
+          cluster.val.clusterDim.x = 16;
+          cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+          config.attrs = &cluster;
+          config.numAttrs = 1;
+          static const cudaError_t opt_in = cudaFuncSetAttribute(
+              state_copy_floor_kernel<0>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+          HYLA_CUDA_CHECK(opt_in);
+          HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, state_copy_floor_kernel<0>, state, ids, rows,
+                                             int64_t(0), slots, 1.0f));
+        }
+        HYLA_CUDA_CHECK(cudaGetLastError());
+        return ok_status();
+      }
       return tiling.rows_per_block == 0
                  ? kernels::gated_delta_rule_decode(p, s)
                  : kernels::cuda::gated_delta_rule_decode_tiled(p, tiling, s);
@@ -213,8 +274,10 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device visible: nothing to benchmark\n");
     return 0;
   }
-  // --sweep: every tiling; --only gdn|kda, --batch B, --rows R: one slice (for a profiler).
-  bool sweep = false;
+  // --sweep: every tiling; --floor: also plain copies of the same state bytes (this harness's
+  // floors: in place, in place with streaming hints, out of place); --only gdn|kda, --batch B,
+  // --rows R: one slice (for a profiler).
+  bool sweep = false, floor = false;
   const char* json_path = nullptr;
   std::string only;
   int only_batch = 0, only_rows = 0;
@@ -222,6 +285,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--sweep") {
       sweep = true;
+    } else if (arg == "--floor") {
+      floor = true;
     } else if (arg == "--only" && i + 1 < argc) {
       only = argv[++i];
     } else if (arg == "--batch" && i + 1 < argc) {
@@ -251,23 +316,34 @@ int main(int argc, char** argv) {
         if (kernels::cuda::decode_cluster_size(t, group, 128) == 0) continue;
         if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
+      if (floor)
+        for (int mode : {-1, -2, -3, -4}) tilings.push_back({mode, 0});
       const CaseResult r = run_case(c, B, 128, tilings);
       const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128);
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
         const auto tl = is_default ? chosen : t.tiling;
-        const std::string name =
-            str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
-                    kernels::cuda::decode_cluster_size(tl, group, 128), is_default ? "*" : "");
+        std::string name;
+        if (tl.rows_per_block < 0) {
+          name = tl.rows_per_block == -1   ? "copy"
+                 : tl.rows_per_block == -2 ? "copy.cs"
+                                           : "copy.out";
+        } else if (tl.bulk) {
+          name = str_cat("bulk", tl.rows_per_block, "w", tl.warps);
+        } else {
+          name = str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
+                         kernels::cuda::decode_cluster_size(tl, group, 128));
+        }
+        if (is_default) name += "*";
         std::printf("| %-22s | %5d | %-8s | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B,
                     name.c_str(), t.us, t.gbps, r.err_o, r.err_state);
         if (json)
           std::fprintf(json,
                        "{\"case\":\"%s\",\"B\":%d,\"rows_per_block\":%d,\"warps\":%d,"
-                       "\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
+                       "\"bulk\":%s,\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
                        "\"err_state\":%.3e}\n",
-                       c.name, B, tl.rows_per_block, tl.warps, is_default ? "true" : "false", t.us,
-                       t.gbps, r.err_o, r.err_state);
+                       c.name, B, tl.rows_per_block, tl.warps, tl.bulk ? "true" : "false",
+                       is_default ? "true" : "false", t.us, t.gbps, r.err_o, r.err_state);
       }
     }
   }

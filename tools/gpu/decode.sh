@@ -2,7 +2,8 @@
 # Runs on the H200 device machine (see .library/device): build with CUDA, run the GPU tests, then
 # the decode benchmark and fla's decode benchmark side by side. Results go under $OUT.
 #   bash tools/gpu/decode.sh [tests|bench|sweep|fla|all]...   (default: all but sweep)
-# sweep: the benchmark again with every tiling of the CUDA body timed (--sweep).
+# sweep: the benchmark again with every tiling of the CUDA body timed (--sweep) and a plain
+# in-place copy of the same state bytes (--floor: what this harness can reach at best).
 # fla's python package must be in third_party_peer/fla (carried, never committed), with
 # bench_fla.py beside it (a copy of ../shared/tools/bench_fla.py).
 set -uo pipefail
@@ -33,7 +34,7 @@ if want bench; then
   ./build-gpu/bin/hyla_bench_gated_delta_rule_decode "$OUT/hyla_decode.jsonl" | tee "$OUT/hyla_decode.txt"
 fi
 if [[ " ${steps[*]} " == *" sweep "* ]]; then
-  ./build-gpu/bin/hyla_bench_gated_delta_rule_decode --sweep "$OUT/hyla_decode_sweep.jsonl" |
+  ./build-gpu/bin/hyla_bench_gated_delta_rule_decode --sweep --floor "$OUT/hyla_decode_sweep.jsonl" |
     tee "$OUT/hyla_decode_sweep.txt"
 fi
 if want fla; then

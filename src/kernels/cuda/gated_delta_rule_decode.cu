@@ -1,194 +1,40 @@
-// CUDA body of the fused decode / verify step and the commit (kernels/gated_delta_rule_decode.h).
+// CUDA body of the fused decode / verify step and the commit (kernels/gated_delta_rule_decode.h):
+// the tilings and the entry, the block kernel, the commit kernels, the gated norm.
 //
 // Decode is bound by the state: per (sequence, value head) d_v x d_k fp32 = 64 KiB read and written
 // per token. Unit of work: one (sequence, key head), whose `group` value heads' rows are contiguous
-// in the pool. A thread block owns rows_per_block of those rows (tiling: gated_delta_rule_decode_
-// tiling.h); the blocks of one key head form a thread-block cluster. Each block:
+// in the pool. The block kernel (decode_step_kernel, any T) gives each thread block rows_per_block
+// of those rows (tilings: gated_delta_rule_decode_tiling.h); the blocks of one key head form a
+// thread-block cluster. Each block:
+//   0. issues the loads that do not need the slot id (conv weights and new inputs, gate inputs)
+//      while the slot id is on its way;
 //   1. issues the loads of its first state rows (registers, 16-byte loads for fp32), so the state
 //      bytes are in flight during everything else;
 //   2. computes the key head's 2 d_k q/k conv channels (window + SiLU; its threads share them
 //      through shared memory), its own rows' v channels and the gates; a v window is advanced at
-//      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier says every
-//      block has read them;
+//      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier;
 //   3. l2-normalises q and k (each warp for itself) and streams its rows: each warp holds a row as
 //      32 lanes x d_k / 32 contiguous elements, runs the T tokens on it (decay, predict = warp
-//      sum, write, read = warp sum), stores it back (decode) or stores every step's copy (verify),
-//      the next row group's loads in flight meanwhile.
-// Gated RMSNorm, when asked, runs as a second kernel. No host synchronisation: graph-capturable.
-#include <cuda_bf16.h>
+//      sum, write, read = warp sum), stores it back (decode) or stores every step's copy
+//      (verify), the next row group's loads in flight meanwhile.
+// A T = 1 kernel lives beside it: the bulk-copy kernel (gated_delta_rule_decode_bulk.cu). Gated
+// RMSNorm, when asked, runs as one more kernel. No host synchronisation: graph-capturable.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <iterator>
 #include <mutex>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/gated_delta_rule_decode_common.cuh"
 #include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
-#include "kernels/scalar_math.h"
 
 namespace hyla::kernels::cuda {
 
 namespace {
 
-constexpr int kMaxT = int(kMaxDecodeTokens);
-constexpr int kMaxK = 4;  // conv taps handled (K in [2, 4]); shorter kernels are zero-padded
-
-/// Everything the step kernel reads and writes; pointers into device memory.
-struct StepArgs {
-  const void* qkv;  ///< [B T, conv_dim]
-  bool qkv_bf16;
-  const float* conv_w;  ///< [conv_dim, K]
-  void* conv_state;     ///< [slots, conv_dim, K-1]
-  bool conv_bf16;
-  const void* a;  ///< GDN [B T, HV]; KDA [B T, HV, d_k]
-  bool a_bf16;
-  const void* b;  ///< [B T, HV]
-  bool b_bf16;
-  const float* A_log;    ///< [HV]
-  const float* dt_bias;  ///< GDN [HV]; KDA [HV, d_k]
-  float lower_bound;
-  bool safe_gate;
-  void* state;        ///< [slots, HV, d_v, d_k] (Ts)
-  void* step_states;  ///< [B, T, HV, d_v, d_k] (Ts), verify only
-  const int32_t* slots;
-  void* o;  ///< [B T, HV, d_v]
-  bool o_bf16;
-  int64_t num_slots, conv_dim;
-  int T, K, H, HV, group, cluster;
-  float scale;
-  bool commit;
-};
-
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
-  return __uint_as_float(uint32_t(bits) << 16);
-}
-__device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-}
-/// Element i of an f32 or bf16 array.
-__device__ __forceinline__ float load_any(const void* p, bool is_bf16, int64_t i) {
-  return is_bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
-                 : static_cast<const float*>(p)[i];
-}
-__device__ __forceinline__ void store_any(void* p, bool is_bf16, int64_t i, float x) {
-  if (is_bf16) {
-    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(x);
-  } else {
-    static_cast<float*>(p)[i] = x;
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-/// kN consecutive state elements as fp32 registers (16-byte loads for 4 x fp32, 8 for 4 x bf16).
-template <typename Ts, int kN>
-struct RowFragment;
-template <>
-struct RowFragment<float, 4> {
-  static __device__ __forceinline__ void load(const float* p, float (&x)[4]) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  }
-  static __device__ __forceinline__ void store(float* p, const float (&x)[4]) {
-    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
-  }
-};
-template <>
-struct RowFragment<float, 2> {
-  static __device__ __forceinline__ void load(const float* p, float (&x)[2]) {
-    const float2 v = *reinterpret_cast<const float2*>(p);
-    x[0] = v.x, x[1] = v.y;
-  }
-  static __device__ __forceinline__ void store(float* p, const float (&x)[2]) {
-    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
-  }
-};
-template <>
-struct RowFragment<uint16_t, 4> {
-  static __device__ __forceinline__ void load(const uint16_t* p, float (&x)[4]) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
-    x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
-    x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
-  }
-  static __device__ __forceinline__ void store(uint16_t* p, const float (&x)[4]) {
-    uint2 v;
-    v.x = uint32_t(float_to_bf16_bits(x[0])) | (uint32_t(float_to_bf16_bits(x[1])) << 16);
-    v.y = uint32_t(float_to_bf16_bits(x[2])) | (uint32_t(float_to_bf16_bits(x[3])) << 16);
-    *reinterpret_cast<uint2*>(p) = v;
-  }
-};
-template <>
-struct RowFragment<uint16_t, 2> {
-  static __device__ __forceinline__ void load(const uint16_t* p, float (&x)[2]) {
-    const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
-    x[0] = __uint_as_float(v << 16), x[1] = __uint_as_float(v & 0xffff0000u);
-  }
-  static __device__ __forceinline__ void store(uint16_t* p, const float (&x)[2]) {
-    *reinterpret_cast<uint32_t*>(p) =
-        uint32_t(float_to_bf16_bits(x[0])) | (uint32_t(float_to_bf16_bits(x[1])) << 16);
-  }
-};
-
-/// One conv channel over the T new tokens: y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]), where u is
-/// the channel's window (K-1 oldest-first entries from the pool) followed by the new inputs; next
-/// gets the advanced window, the last K-1 entries of [window | new]. Kernels shorter than kMaxK
-/// are zero-padded on the old side so every register index is a compile-time constant.
-template <int kT>
-__device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int T, int slot, int64_t ch,
-                                             float (&y)[kT], float (&next)[kMaxK - 1]) {
-  constexpr int kLen = kMaxK - 1 + kT;
-  float seq[kLen];
-  float w[kMaxK];
-  const int pad = kMaxK - p.K;
-  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
-#pragma unroll
-  for (int j = 0; j < kMaxK; ++j) w[j] = j >= pad ? p.conv_w[ch * p.K + (j - pad)] : 0.0f;
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j)
-    seq[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
-#pragma unroll
-  for (int t = 0; t < kT; ++t)
-    seq[kMaxK - 1 + t] =
-        t < T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0.0f;
-#pragma unroll
-  for (int t = 0; t < kT; ++t) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kMaxK; ++j) acc = fmaf(w[j], seq[t + j], acc);
-    y[t] = silu(acc);
-  }
-  const int first = kMaxK - 1 + T - (p.K - 1);  // real entries: seq[pad, kMaxK - 1 + T)
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) {
-    next[j] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kLen; ++i)
-      if (i == first + j) next[j] = seq[i];
-  }
-}
-
-/// Writes an advanced window back to the pool.
-__device__ __forceinline__ void store_window(const StepArgs& p, int slot, int64_t ch,
-                                             const float (&next)[kMaxK - 1]) {
-  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j)
-    if (j < p.K - 1) store_any(p.conv_state, p.conv_bf16, window + j, next[j]);
-}
-
-/// Sums each of the kN values over the warp; the kN shuffle chains interleave (independent work).
-template <int kN>
-__device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-#pragma unroll
-    for (int u = 0; u < kN; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], offset);
-  }
-}
+using namespace decode_detail;
 
 /// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
 /// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
@@ -218,7 +64,6 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   const int b = blockIdx.y;
   const int slot = p.slots[b];
-  if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
   const int kh = blockIdx.x / p.cluster;
   const int rank = blockIdx.x % p.cluster;  // == the block's rank in its (p.cluster, 1, 1) cluster
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -235,7 +80,45 @@ __global__ void __launch_bounds__(32 * kWarps)
     return 2 * int64_t(p.H) * kDk + int64_t(kh) * p.group * kDk + row0 + r;
   };
 
-  // 1. The first kStages row groups' loads, before anything else.
+  // 0. Loads indexed by the sequence, not by its slot, issued while the slot id is on its way:
+  // conv weights and new inputs of the block's channels, gate and beta inputs.
+  ConvIn<kT> qk_in[kQkPerThread];
+#pragma unroll
+  for (int i = 0; i < kQkPerThread; ++i)
+    if (tid + i * kThreads < 2 * kDk)
+      load_conv_in(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
+  ConvIn<kT> v_in[kVPerThread];
+#pragma unroll
+  for (int i = 0; i < kVPerThread; ++i)
+    if (tid + i * kThreads < kR) load_conv_in(p, b, T, v_channel(tid + i * kThreads), v_in[i]);
+  // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item tid = (t,
+  // head). x = gate input + dt_bias, A = A_log.
+  constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
+  float gate_x[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kGateItems; ++n) {
+    gate_x[n] = gate_A[n] = 0.0f;
+    if constexpr (kKda) {
+      const int i = tid + n * kThreads;
+      if (i < T * kHeads * kDk) {
+        const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
+        const int hv = hv0 + h;
+        gate_x[n] = load_any(p.a, p.a_bf16, ((int64_t(b) * T + t) * p.HV + hv) * kDk + c) +
+                    p.dt_bias[hv * kDk + c];
+        gate_A[n] = p.A_log[hv];
+      }
+    } else if (tid < T * kHeads) {
+      const int hv = hv0 + tid % kHeads;
+      gate_x[n] =
+          load_any(p.a, p.a_bf16, (int64_t(b) * T + tid / kHeads) * p.HV + hv) + p.dt_bias[hv];
+      gate_A[n] = p.A_log[hv];
+    }
+  }
+  if (tid < T * kHeads)
+    beta_x = load_any(p.b, p.b_bf16, (int64_t(b) * T + tid / kHeads) * p.HV + hv0 + tid % kHeads);
+  if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
+
+  // 1. The first kStages row groups' loads, before anything else that needs the slot.
   Ts* const rows_ptr =
       static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + warp_rows) * kDk + lane * kPerLane;
   float buf[kStages][kGroup][kPerLane];
@@ -247,30 +130,40 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   // 2. The key head's 2 d_k q/k channels (every block of the cluster computes all of them; their
   // windows are advanced by rank 0 once every block has read them, or at once without a cluster)
-  // and this block's v channels (its alone: advanced at once).
-  float qk_next[kQkPerThread][kMaxK - 1];
+  // and this block's v channels (its alone: advanced at once). Every window is loaded before the
+  // first window store.
+  float qk_next[kQkPerThread][kMaxK - 1], v_next[kVPerThread][kMaxK - 1];
 #pragma unroll
   for (int i = 0; i < kQkPerThread; ++i) {
     const int c = tid + i * kThreads;
     if (c < 2 * kDk) {
       float y[kT];
-      conv_channel(p, b, T, slot, qk_channel(c), y, qk_next[i]);
+      conv_channel(p, T, slot, qk_channel(c), qk_in[i], y, qk_next[i]);
 #pragma unroll
       for (int t = 0; t < kT; ++t)
         if (t < T) s_qk[t][c] = y[t];
-      if (p.commit && p.cluster == 1) store_window(p, slot, qk_channel(c), qk_next[i]);
     }
   }
 #pragma unroll
   for (int i = 0; i < kVPerThread; ++i) {
     const int r = tid + i * kThreads;
     if (r < kR) {
-      float y[kT], next[kMaxK - 1];
-      conv_channel(p, b, T, slot, v_channel(r), y, next);
+      float y[kT];
+      conv_channel(p, T, slot, v_channel(r), v_in[i], y, v_next[i]);
 #pragma unroll
       for (int t = 0; t < kT; ++t)
         if (t < T) s_v[t][r] = y[t];
-      if (p.commit) store_window(p, slot, v_channel(r), next);
+    }
+  }
+  if (p.commit) {
+#pragma unroll
+    for (int i = 0; i < kVPerThread; ++i)
+      if (tid + i * kThreads < kR) store_window(p, slot, v_channel(tid + i * kThreads), v_next[i]);
+    if (p.cluster == 1) {
+#pragma unroll
+      for (int i = 0; i < kQkPerThread; ++i)
+        if (tid + i * kThreads < 2 * kDk)
+          store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
     }
   }
   // Every q/k window this block reads has been read: rank 0 may overwrite them after the wait.
@@ -279,28 +172,23 @@ __global__ void __launch_bounds__(32 * kWarps)
   // conv output stored to shared memory above, which no instruction can do before its load returns.
   if (p.cluster > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
-  // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
-  // beta = sigmoid(b).
-  if constexpr (kKda) {
-    for (int i = tid; i < T * kHeads * kDk; i += kThreads) {
-      const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
-      const int hv = hv0 + h;
-      const float f = load_any(p.a, p.a_bf16, ((int64_t(b) * T + t) * p.HV + hv) * kDk + c) +
-                      p.dt_bias[hv * kDk + c];
-      const float a_scale = expf(p.A_log[hv]);
-      const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * f) : -a_scale * softplus(f);
-      s_decay[t][h][c] = expf(g);
+    // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
+    // beta = sigmoid(b).
+#pragma unroll
+  for (int n = 0; n < kGateItems; ++n) {
+    if constexpr (kKda) {
+      const int i = tid + n * kThreads;
+      if (i < T * kHeads * kDk) {
+        const float a_scale = expf(gate_A[n]);
+        const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * gate_x[n])
+                                    : -a_scale * softplus(gate_x[n]);
+        s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
+      }
+    } else if (tid < T * kHeads) {
+      s_gdn_decay[tid / kHeads][tid % kHeads] = expf(-expf(gate_A[n]) * softplus(gate_x[n]));
     }
   }
-  if (tid < T * kHeads) {
-    const int t = tid / kHeads, hv = hv0 + tid % kHeads;
-    const int64_t i = (int64_t(b) * T + t) * p.HV + hv;
-    if constexpr (!kKda) {
-      const float x = load_any(p.a, p.a_bf16, i) + p.dt_bias[hv];
-      s_gdn_decay[t][tid % kHeads] = expf(-expf(p.A_log[hv]) * softplus(x));
-    }
-    s_beta[t][tid % kHeads] = sigmoid(load_any(p.b, p.b_bf16, i));
-  }
+  if (tid < T * kHeads) s_beta[tid / kHeads][tid % kHeads] = sigmoid(beta_x);
   __syncthreads();
 
   // 5a. l2 norms, each warp for itself: 1 / |q| (times scale) and 1 / |k| per token.
@@ -414,21 +302,7 @@ __global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_s
   if (slot < 0 || slot >= num_slots) return;
   const int n = accepted[b];
   if (n <= 0 || n > T) return;
-  const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
-  float next[kMaxK - 1];
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) {
-    if (j >= K - 1) break;
-    const int pos = n + j;  // position in [old (K-1) | new (n)]
-    next[j] = pos < K - 1
-                  ? load_any(conv_state, conv_bf16, base + pos)
-                  : load_any(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
-  }
-#pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) {
-    if (j >= K - 1) break;
-    store_any(conv_state, conv_bf16, base + j, next[j]);
-  }
+  advance_window(qkv, qkv_bf16, conv_state, conv_bf16, b, slot, conv_dim, ch, n, T, K);
 }
 
 /// state_pool[slot] = step_states[b, accepted[b] - 1], 16 bytes per thread.
@@ -468,9 +342,13 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
   }
 }
 
-/// The tilings compiled: {rows per block, warps per block}. (Capping registers so that 32 warps
-/// fit per SM at large batch spills 84-180 bytes per thread at d_k = 128: not compiled.)
-constexpr DecodeTiling kTilings[] = {{16, 4}, {32, 4}, {64, 4}, {128, 4}, {256, 4}, {256, 8}};
+/// The tilings compiled: {rows per block, warps per block}, smallest blocks first, then fewer
+/// warps; {32, 8, bulk} is decode_bulk_kernel (T = 1 only, no cluster). (Capping registers so
+/// that 32 warps fit per SM at large batch spills 84-180 bytes per thread at d_k = 128: not
+/// compiled.)
+constexpr DecodeTiling kTilings[] = {{8, 4},   {8, 8},   {16, 4},  {16, 8},
+                                     {16, 16}, {32, 4},  {32, 8},  {64, 4},
+                                     {128, 4}, {256, 4}, {256, 8}, {kBulkRows, kBulkWarps, true}};
 
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
@@ -500,10 +378,16 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
 
 template <typename Ts, bool kKda, int kDk, int kT>
 Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
+  if (t.bulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
   const int key = t.rows_per_block * 100 + t.warps;
   switch (key) {
+    case 804: return launch_tiled<Ts, kKda, kDk, 8, 4, kT>(args, B, stream);
+    case 808: return launch_tiled<Ts, kKda, kDk, 8, 8, kT>(args, B, stream);
     case 1604: return launch_tiled<Ts, kKda, kDk, 16, 4, kT>(args, B, stream);
+    case 1608: return launch_tiled<Ts, kKda, kDk, 16, 8, kT>(args, B, stream);
+    case 1616: return launch_tiled<Ts, kKda, kDk, 16, 16, kT>(args, B, stream);
     case 3204: return launch_tiled<Ts, kKda, kDk, 32, 4, kT>(args, B, stream);
+    case 3208: return launch_tiled<Ts, kKda, kDk, 32, 8, kT>(args, B, stream);
     case 6404: return launch_tiled<Ts, kKda, kDk, 64, 4, kT>(args, B, stream);
     case 12804: return launch_tiled<Ts, kKda, kDk, 128, 4, kT>(args, B, stream);
     case 25604: return launch_tiled<Ts, kKda, kDk, 256, 4, kT>(args, B, stream);
@@ -539,6 +423,11 @@ std::vector<DecodeTiling> decode_tilings() {
 
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
   const int64_t rows = group * d_v, r = tiling.rows_per_block;
+  if (tiling.bulk)  // whole key heads, no cluster
+    return r == kBulkRows && tiling.warps == kBulkWarps && group <= kBulkMaxGroup &&
+                   d_v % kBulkRows == 0
+               ? 1
+               : 0;
   if (r <= 0 || rows % r != 0) return 0;
   if (r > d_v && r % d_v != 0) return 0;
   const int64_t cluster = rows / r;
@@ -546,34 +435,44 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
   return int(cluster);
 }
 
-DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v) {
-  // Measured on the H200 (docs/perf.md, sweeps of every tiling): from 128 key heads on, whole key
-  // heads per block (no cluster), the most warps; below, the smallest blocks (most blocks, the
-  // shortest chain per block: B=1 6.7 us against 7.0-7.6 us with 32 rows, 8.4-15.7 us with more).
-  const bool whole_heads = B * H >= 128;
+DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T) {
+  // Measured on the H200 (docs/perf.md, sweeps of every tiling, GDN H16/HV32 and KDA H32):
+  //  - below 128 (sequence, key head) units: 8 warps, the key head cut into a cluster of (up to) 8
+  //    blocks (B=1: GDN 32 rows 5.50 us, KDA 16 rows 5.43 us; 4 warps 6.0-6.3, 16 warps 9.3);
+  //  - 128 to 1023 units: the bulk-copy kernel (B=8: GDN 14.24 us, KDA 13.96 us; next best
+  //    14.33 / 14.48), which takes T = 1 only (verify: as from 1024 units);
+  //  - from 1024 units: whole key heads per block (no cluster), the most warps (B=64: KDA 81.3 us
+  //    against bulk 83.3; GDN ties; B >= 256 wins by 1-3%).
+  const int64_t units = B * H;
+  if (units >= 128 && units < 1024 && T == 1) {
+    const DecodeTiling bulk{kBulkRows, kBulkWarps, true};
+    if (decode_cluster_size(bulk, group, d_v) == 1) return bulk;
+  }
   DecodeTiling best{};
+  int best_cluster = 0;
   for (const DecodeTiling t : kTilings) {  // smallest blocks first, then more warps
     const int cluster = decode_cluster_size(t, group, d_v);
-    if (cluster == 0) continue;
-    if (!whole_heads) return t;
-    if (cluster == 1) best = t;
+    if (cluster == 0 || t.bulk) continue;
+    if (units < 128) {  // 8 warps, the largest cluster up to 8
+      if (t.warps == 8 && cluster <= 8 && cluster > best_cluster) best = t, best_cluster = cluster;
+    } else if (cluster == 1) {
+      best = t;
+    }
   }
-  if (best.rows_per_block == 0)  // a key head larger than any block: the largest blocks
+  if (best.rows_per_block == 0)  // no such tiling: the largest blocks
     for (const DecodeTiling t : kTilings)
-      if (decode_cluster_size(t, group, d_v) > 0) best = t;
+      if (!t.bulk && decode_cluster_size(t, group, d_v) > 0) best = t;
   return best;
 }
 
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
                                      Stream stream_handle) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle.handle);
-  const int T = int(p.tokens_per_seq);
-  const int B = int(p.qkv.size(0) / T);
-  const int HV = int(p.state_pool.size(1)), d_v = int(p.state_pool.size(2)),
-            d_k = int(p.state_pool.size(3));
-  const int64_t conv_dim = p.qkv.size(1);
-  const int H = int((conv_dim - int64_t(HV) * d_v) / (2 * d_k));
-  const bool kda = p.a.ndim() == 3;
+  const DecodeShape s = decode_shape(p);
+  const int T = int(s.T), B = int(s.B), HV = int(s.HV), d_v = int(s.d_v), d_k = int(s.d_k),
+            H = int(s.H);
+  const int64_t conv_dim = s.conv_dim;
+  const bool kda = s.kda;
   if (d_v != d_k)
     return unsupported("gated_delta_rule_decode (CUDA): d_v = ", d_v, " != d_k = ", d_k);
   if (p.conv_weight.size(1) > kMaxK)
@@ -583,7 +482,7 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   if (cluster == 0)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.rows_per_block,
                        " rows per block do not tile ", HV / H, " value heads of ", d_v, " rows");
-  if (tiling.warps != 4 && tiling.warps != 8)
+  if (tiling.warps != 4 && tiling.warps != 8 && tiling.warps != 16)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
   if (B == 0) return ok_status();
 
@@ -616,7 +515,6 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   args.cluster = cluster;
   args.scale = p.scale > 0.0f ? p.scale : 1.0f / sqrtf(float(d_k));
   args.commit = p.commit;
-
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
   const DecodeTiling rows = tiling;
   HYLA_RETURN_IF_ERROR(bf16_state
@@ -639,10 +537,9 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
 }
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
-  const int64_t T = p.tokens_per_seq, B = p.qkv.size(0) / T;
-  const int64_t HV = p.state_pool.size(1), d_v = p.state_pool.size(2), d_k = p.state_pool.size(3);
-  const int64_t H = (p.qkv.size(1) - HV * d_v) / (2 * d_k);
-  return gated_delta_rule_decode_tiled(p, default_decode_tiling(B, H, HV / H, d_v), stream);
+  const DecodeShape s = decode_shape(p);
+  return gated_delta_rule_decode_tiled(p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T),
+                                       stream);
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {

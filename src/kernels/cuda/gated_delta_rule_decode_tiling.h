@@ -23,6 +23,9 @@ namespace hyla::kernels::cuda {
 struct DecodeTiling {
   int rows_per_block = 0;  ///< must divide group d_v
   int warps = 4;           ///< warps per block
+  /// Whole key heads per block, rows staged through shared memory by bulk copies (TMA) in chunks
+  /// of rows_per_block rows (T = 1 only).
+  bool bulk = false;
 };
 
 /// The tilings the kernel is compiled for, smallest blocks first.
@@ -32,8 +35,9 @@ std::vector<DecodeTiling> decode_tilings();
 /// serve this geometry.
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v);
 
-/// The tiling gated_delta_rule_decode uses for B sequences of H key heads of group d_v rows.
-DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v);
+/// The tiling gated_delta_rule_decode uses for B sequences of T tokens, H key heads of group d_v
+/// rows.
+DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1);
 
 /// gated_delta_rule_decode with an explicit tiling (arguments already checked by the caller).
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,

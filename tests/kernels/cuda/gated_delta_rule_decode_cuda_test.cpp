@@ -146,10 +146,10 @@ Status gpu_decode(const GatedDeltaRuleDecodeParams& p, std::optional<cuda::Decod
 /// same host inputs; outputs are poisoned (0xff) on both sides before each call.
 void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed,
                              std::optional<cuda::DecodeTiling> tiling = std::nullopt) {
-  SCOPED_TRACE(str_cat(
-      c.name(), "_B", B, "_T", T, " seed ", seed,
-      tiling ? str_cat(" tiling ", tiling->rows_per_block, " rows / ", tiling->warps, " warps")
-             : ""));
+  SCOPED_TRACE(str_cat(c.name(), "_B", B, "_T", T, " seed ", seed,
+                       tiling ? str_cat(" tiling ", tiling->rows_per_block, " rows / ",
+                                        tiling->warps, " warps", tiling->bulk ? " bulk" : "")
+                              : ""));
   std::mt19937 rng(seed);
   const std::vector<int32_t> slots = random_slots(B, rng);
   SCOPED_TRACE(str_cat("slots ", list_string(slots)));
@@ -273,8 +273,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, LargeBatchMatchesCpu) {
 
 TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
-  // every geometry it can serve: cluster sizes 1 to 16, blocks inside one value head and blocks
-  // spanning several (GVA 2:1 and 4:1), both head dims, both pool dtypes.
+  // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
+  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, both head
+  // dims, both pool dtypes.
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
   uint32_t n = 0, runs = 0;
@@ -287,32 +288,48 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   for (const DecodeCase& c : cases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      for (int64_t T : {1, 3}) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
+      // The bulk tiling is decode-only (T = 1; verify with one token included).
+      const bool decode_only = t.bulk;
+      for (int64_t T : {1, 3})
+        if (!decode_only || T == 1) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
       ++runs;
     }
   }
-  EXPECT_GE(runs, 20u) << "fewer tilings covered than the kernel is compiled for";
+  EXPECT_GE(runs, 28u) << "fewer tilings covered than the kernel is compiled for";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
   // Host logic only (no device needed): the choice docs/perf.md measured best on the H200.
   auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v) {
     const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v);
-    return std::make_tuple(t.rows_per_block, t.warps, cuda::decode_cluster_size(t, group, d_v));
+    return std::make_tuple(t.rows_per_block, t.warps, t.bulk,
+                           cuda::decode_cluster_size(t, group, d_v));
   };
-  // Few key heads: the smallest blocks, a cluster per key head.
-  EXPECT_EQ(pick(1, 16, 2, 128), std::make_tuple(16, 4, 16));  // GDN H16/HV32, B = 1
-  EXPECT_EQ(pick(1, 32, 1, 128), std::make_tuple(16, 4, 8));   // KDA H32, B = 1
-  // From 128 key heads on: whole key heads per block, the most warps.
-  EXPECT_EQ(pick(8, 16, 2, 128), std::make_tuple(256, 8, 1));
-  EXPECT_EQ(pick(1024, 32, 1, 128), std::make_tuple(128, 4, 1));
+  // Below 128 (sequence, key head) units: 8 warps, a cluster of 8 per key head.
+  EXPECT_EQ(pick(1, 16, 2, 128), std::make_tuple(32, 8, false, 8));  // GDN H16/HV32, B = 1
+  EXPECT_EQ(pick(1, 32, 1, 128), std::make_tuple(16, 8, false, 8));  // KDA H32, B = 1
+  EXPECT_EQ(pick(2, 16, 1, 64), std::make_tuple(8, 8, false, 8));    // d_v = 64
+  // 128 to 1023 units: the bulk-copy kernel.
+  EXPECT_EQ(pick(8, 16, 2, 128), std::make_tuple(32, 8, true, 1));
+  EXPECT_EQ(pick(8, 32, 1, 128), std::make_tuple(32, 8, true, 1));
+  // ... which takes one token: verify there runs as from 1024 units.
+  const cuda::DecodeTiling verify = cuda::default_decode_tiling(8, 32, 1, 128, /*T=*/3);
+  EXPECT_EQ(std::make_tuple(verify.rows_per_block, verify.warps, verify.bulk),
+            std::make_tuple(128, 4, false));
+  // From 1024 units: whole key heads per block, the most warps.
+  EXPECT_EQ(pick(64, 16, 2, 128), std::make_tuple(256, 8, false, 1));
+  EXPECT_EQ(pick(1024, 32, 1, 128), std::make_tuple(128, 4, false, 1));
   // A key head of 512 rows (GVA 4:1): the largest blocks, a cluster of 2.
-  EXPECT_EQ(pick(64, 16, 4, 128), std::make_tuple(256, 8, 2));
+  EXPECT_EQ(pick(64, 16, 4, 128), std::make_tuple(256, 8, false, 2));
+  // A key head of 8 value heads: no bulk (at most 4), no cluster of <= 8 with 8 warps below 128
+  // units: the largest blocks.
+  EXPECT_EQ(pick(1, 4, 8, 128), std::make_tuple(256, 8, false, 4));
+  EXPECT_EQ(pick(32, 4, 8, 128), std::make_tuple(256, 8, false, 4));
   // Every choice is a tiling the kernel can run.
   for (int64_t B : {1, 3, 8, 64, 1024})
     for (int64_t group : {1, 2, 4})
       for (int64_t d : {64, 128})
-        EXPECT_GT(std::get<2>(pick(B, 4, group, d)), 0) << B << " " << group << " " << d;
+        EXPECT_GT(std::get<3>(pick(B, 4, group, d)), 0) << B << " " << group << " " << d;
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {

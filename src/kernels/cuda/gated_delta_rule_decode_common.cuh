@@ -1,0 +1,235 @@
+// Shared by the CUDA decode kernels (gated_delta_rule_decode*.cu): the kernel arguments, element
+// access for f32 / bf16 arrays, state-row fragments in registers, the conv of one channel, warp
+// sums, and the launchers each kernel file defines. Device code only; include from .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/gated_delta_rule_decode.h"
+#include "kernels/scalar_math.h"
+
+namespace hyla::kernels::cuda::decode_detail {
+
+constexpr int kMaxT = int(kMaxDecodeTokens);
+constexpr int kMaxK = 4;  // conv taps handled (K in [2, 4]); shorter kernels are zero-padded
+
+/// Everything the step kernel reads and writes; pointers into device memory.
+struct StepArgs {
+  const void* qkv;  ///< [B T, conv_dim]
+  bool qkv_bf16;
+  const float* conv_w;  ///< [conv_dim, K]
+  void* conv_state;     ///< [slots, conv_dim, K-1]
+  bool conv_bf16;
+  const void* a;  ///< GDN [B T, HV]; KDA [B T, HV, d_k]
+  bool a_bf16;
+  const void* b;  ///< [B T, HV]
+  bool b_bf16;
+  const float* A_log;    ///< [HV]
+  const float* dt_bias;  ///< GDN [HV]; KDA [HV, d_k]
+  float lower_bound;
+  bool safe_gate;
+  void* state;        ///< [slots, HV, d_v, d_k] (Ts)
+  void* step_states;  ///< [B, T, HV, d_v, d_k] (Ts), verify only
+  const int32_t* slots;
+  void* o;  ///< [B T, HV, d_v]
+  bool o_bf16;
+  int64_t num_slots, conv_dim;
+  int T, K, H, HV, group, cluster;
+  float scale;
+  bool commit;
+};
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(uint32_t(bits) << 16);
+}
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+/// Element i of an f32 or bf16 array.
+__device__ __forceinline__ float load_any(const void* p, bool is_bf16, int64_t i) {
+  return is_bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
+                 : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void store_any(void* p, bool is_bf16, int64_t i, float x) {
+  if (is_bf16) {
+    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(x);
+  } else {
+    static_cast<float*>(p)[i] = x;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+/// kN consecutive state elements as fp32 registers (16-byte loads for 4 x fp32, 8 for 4 x bf16).
+template <typename Ts, int kN>
+struct RowFragment;
+template <>
+struct RowFragment<float, 4> {
+  static __device__ __forceinline__ void load(const float* p, float (&x)[4]) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&x)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  }
+};
+template <>
+struct RowFragment<float, 2> {
+  static __device__ __forceinline__ void load(const float* p, float (&x)[2]) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&x)[2]) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+  }
+};
+template <>
+struct RowFragment<uint16_t, 4> {
+  static __device__ __forceinline__ void load(const uint16_t* p, float (&x)[4]) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
+    x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
+  }
+  static __device__ __forceinline__ void store(uint16_t* p, const float (&x)[4]) {
+    uint2 v;
+    v.x = uint32_t(float_to_bf16_bits(x[0])) | (uint32_t(float_to_bf16_bits(x[1])) << 16);
+    v.y = uint32_t(float_to_bf16_bits(x[2])) | (uint32_t(float_to_bf16_bits(x[3])) << 16);
+    *reinterpret_cast<uint2*>(p) = v;
+  }
+};
+template <>
+struct RowFragment<uint16_t, 2> {
+  static __device__ __forceinline__ void load(const uint16_t* p, float (&x)[2]) {
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(p);
+    x[0] = __uint_as_float(v << 16), x[1] = __uint_as_float(v & 0xffff0000u);
+  }
+  static __device__ __forceinline__ void store(uint16_t* p, const float (&x)[2]) {
+    *reinterpret_cast<uint32_t*>(p) =
+        uint32_t(float_to_bf16_bits(x[0])) | (uint32_t(float_to_bf16_bits(x[1])) << 16);
+  }
+};
+
+/// What one conv channel needs besides its window: the K weights (zero-padded on the old side to
+/// kMaxK, so every register index is a compile-time constant) and the T new inputs. Indexed by
+/// sequence row b, not by slot: a kernel can load it before its slot id has arrived.
+template <int kT>
+struct ConvIn {
+  float w[kMaxK];
+  float x[kT];
+};
+template <int kT>
+__device__ __forceinline__ void load_conv_in(const StepArgs& p, int b, int T, int64_t ch,
+                                             ConvIn<kT>& in) {
+  const int pad = kMaxK - p.K;
+#pragma unroll
+  for (int j = 0; j < kMaxK; ++j) in.w[j] = j >= pad ? p.conv_w[ch * p.K + (j - pad)] : 0.0f;
+#pragma unroll
+  for (int t = 0; t < kT; ++t)
+    in.x[t] = t < T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0.0f;
+}
+
+/// One conv channel over the T new tokens: y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]), where u is
+/// the channel's window (K-1 oldest-first entries from the pool) followed by the new inputs; next
+/// gets the advanced window, the last K-1 entries of [window | new].
+template <int kT>
+__device__ __forceinline__ void conv_channel(const StepArgs& p, int T, int slot, int64_t ch,
+                                             const ConvIn<kT>& in, float (&y)[kT],
+                                             float (&next)[kMaxK - 1]) {
+  constexpr int kLen = kMaxK - 1 + kT;
+  float seq[kLen];
+  const int pad = kMaxK - p.K;
+  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j)
+    seq[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
+#pragma unroll
+  for (int t = 0; t < kT; ++t) seq[kMaxK - 1 + t] = in.x[t];
+#pragma unroll
+  for (int t = 0; t < kT; ++t) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxK; ++j) acc = fmaf(in.w[j], seq[t + j], acc);
+    y[t] = silu(acc);
+  }
+  if (kT == 1 && p.K == kMaxK) {  // the common case, with compile-time indices
+#pragma unroll
+    for (int j = 0; j < kMaxK - 1; ++j) next[j] = seq[1 + j];
+    return;
+  }
+  const int first = kMaxK - 1 + T - (p.K - 1);  // real entries: seq[pad, kMaxK - 1 + T)
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    next[j] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kLen; ++i)
+      if (i == first + j) next[j] = seq[i];
+  }
+}
+/// The same, loading the weights and inputs itself.
+template <int kT>
+__device__ __forceinline__ void conv_channel(const StepArgs& p, int b, int T, int slot, int64_t ch,
+                                             float (&y)[kT], float (&next)[kMaxK - 1]) {
+  ConvIn<kT> in;
+  load_conv_in(p, b, T, ch, in);
+  conv_channel(p, T, slot, ch, in, y, next);
+}
+
+/// Writes an advanced window back to the pool.
+__device__ __forceinline__ void store_window(const StepArgs& p, int slot, int64_t ch,
+                                             const float (&next)[kMaxK - 1]) {
+  const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j)
+    if (j < p.K - 1) store_any(p.conv_state, p.conv_bf16, window + j, next[j]);
+}
+
+/// Sums each of the kN values over the warp; the kN shuffle chains interleave (independent work).
+template <int kN>
+__device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) x[u] += __shfl_xor_sync(0xffffffffu, x[u], offset);
+  }
+}
+
+/// Advances channel ch's window of the sequence in row block b (slot `slot`) by its first n of T
+/// new inputs: the new K-1 entries are the last K-1 of [old window | new]. Reads everything before
+/// writing, so it is in place.
+__device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, void* conv_state,
+                                               bool conv_bf16, int b, int slot, int64_t conv_dim,
+                                               int64_t ch, int n, int T, int K) {
+  const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
+  float next[kMaxK - 1];
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    if (j >= K - 1) break;
+    const int pos = n + j;  // position in [old (K-1) | new (n)]
+    next[j] = pos < K - 1
+                  ? load_any(conv_state, conv_bf16, base + pos)
+                  : load_any(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
+  }
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) {
+    if (j >= K - 1) break;
+    store_any(conv_state, conv_bf16, base + j, next[j]);
+  }
+}
+
+/// decode_bulk_kernel (gated_delta_rule_decode_bulk.cu): rows per shared-memory chunk, chunks in
+/// flight, warps per block, most value heads per key head.
+constexpr int kBulkRows = 32, kBulkStages = 3, kBulkWarps = 8, kBulkMaxGroup = 4;
+
+/// Bulk-copy decode (T = 1).
+template <typename Ts, bool kKda, int kDk>
+Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream);
+
+}  // namespace hyla::kernels::cuda::decode_detail
