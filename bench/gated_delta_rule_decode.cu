@@ -325,9 +325,8 @@ int main(int argc, char** argv) {
         const auto tl = is_default ? chosen : t.tiling;
         std::string name;
         if (tl.rows_per_block < 0) {
-          name = tl.rows_per_block == -1   ? "copy"
-                 : tl.rows_per_block == -2 ? "copy.cs"
-                                           : "copy.out";
+          const char* floors[] = {"copy", "copy.cs", "copy.out", "copy.c16"};
+          name = floors[-tl.rows_per_block - 1];
         } else if (tl.bulk) {
           name = str_cat("bulk", tl.rows_per_block, "w", tl.warps);
         } else {
