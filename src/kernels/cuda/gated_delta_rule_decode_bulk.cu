@@ -1,6 +1,6 @@
-// CUDA bulk-copy decode step (T = 1): the large-batch kernel of gated_delta_rule_decode (tiling
-// {32 rows, 8 warps, bulk}): whole key heads per block, rows through shared memory by
-// cp.async.bulk copies completing on mbarriers.
+// CUDA bulk-copy decode step (T = 1) of gated_delta_rule_decode (tiling {32 rows, 8 warps, bulk};
+// the entry's choice for 128 to 1023 (sequence, key head) units): whole key heads per block, rows
+// through shared memory by cp.async.bulk copies completing on mbarriers.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,7 +13,7 @@ namespace hyla::kernels::cuda::decode_detail {
 
 namespace {
 
-/// Large batches: one block per (sequence, key head); its rows go through shared memory in chunks
+/// One block per (sequence, key head); its rows go through shared memory in chunks
 /// of kBulkRows rows, kBulkStages chunks in flight, each a bulk copy (cp.async.bulk) completing on
 /// an mbarrier, so the bytes in flight do not depend on registers. The block's warps update a
 /// chunk in shared memory (kBulkRows / kBulkWarps rows each), then one thread writes it back with a
