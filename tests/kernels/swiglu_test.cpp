@@ -9,14 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "strided_views.h"
+#include "glu_layouts.h"
 #include "testing.h"
 
 namespace hyla::kernels {
 namespace {
 
-using testing::padded_numel;
-using testing::padded_view;
+using testing::GluLayout;
 using testing::Tolerance;
 
 /// y[t, i] = silu(x[t, i]) * x[t, I + i] in float64; x is [T, 2I] row-major.
@@ -34,24 +33,17 @@ std::vector<double> silu_and_mul_reference(const std::vector<double>& x, int64_t
 constexpr Tolerance kOutputTolerance = {
     .atol = 1e-6, .rtol = 1e-5, .why = "fp32 expf within a few ulp, one division and two products"};
 
-enum class Layout { kContiguous, kStrided, kInPlace };
-
 struct SwigluCase {
   int64_t T, I;
-  Layout layout;
+  GluLayout layout;
 
-  std::string name() const {
-    return str_cat("T", T, "_I", I,
-                   layout == Layout::kStrided   ? "_strided"
-                   : layout == Layout::kInPlace ? "_inplace"
-                                                : "");
-  }
+  std::string name() const { return str_cat("T", T, "_I", I, testing::glu_layout_suffix(layout)); }
 };
 
 const SwigluCase kCases[] = {
-    {0, 8, Layout::kContiguous},   {1, 1, Layout::kContiguous}, {1, 17, Layout::kStrided},
-    {5, 128, Layout::kContiguous}, {33, 37, Layout::kStrided},  {7, 64, Layout::kInPlace},
-    {1, 33, Layout::kInPlace},     {300, 96, Layout::kStrided},
+    {0, 8, GluLayout::kContiguous},   {1, 1, GluLayout::kContiguous}, {1, 17, GluLayout::kStrided},
+    {5, 128, GluLayout::kContiguous}, {33, 37, GluLayout::kStrided},  {7, 64, GluLayout::kInPlace},
+    {1, 33, GluLayout::kInPlace},     {300, 96, GluLayout::kStrided},
 };
 
 TEST(SiluAndMulTest, MatchesFloat64Reference) {
@@ -59,27 +51,10 @@ TEST(SiluAndMulTest, MatchesFloat64Reference) {
   for (const SwigluCase& c : kCases) {
     SCOPED_TRACE(c.name());
     std::mt19937 rng(++seed);
-    const bool strided = c.layout == Layout::kStrided;
-    const int64_t x_pad = strided ? 3 : 0, x_offset = strided ? 1 : 0;
-    // strided y: columns [3, 3 + I) of a [T, I + 7] buffer
-    const int64_t y_pad = strided ? 7 : 0, y_offset = strided ? 3 : 0;
-    Tensor x_storage = testing::random_normal({padded_numel({c.T, 2 * c.I}, x_pad, x_offset)},
-                                              DType::kF32, rng, 0.0f, 3.0f);
-    const TensorView x = padded_view(x_storage, {c.T, 2 * c.I}, x_pad, x_offset);
-    const std::vector<double> want = silu_and_mul_reference(testing::to_f64(x), c.T, c.I);
-    if (c.layout == Layout::kInPlace) {
-      // y = x[:, :I] over the same rows
-      const int64_t y_shape[] = {c.T, c.I}, y_strides[] = {x.stride(0), 1};
-      const TensorView y(x.raw(), DType::kF32, 2, y_shape, y_strides);
-      ASSERT_OK(silu_and_mul({.x = x, .y = y}));
-      EXPECT_CLOSE(y, want, kOutputTolerance);
-      continue;
-    }
-    Tensor y_storage = testing::poisoned({padded_numel({c.T, c.I}, y_pad, y_offset)}, DType::kF32);
-    const TensorView y = padded_view(y_storage, {c.T, c.I}, y_pad, y_offset);
-    ASSERT_OK(silu_and_mul({.x = x, .y = y}));
-    EXPECT_CLOSE(y, want, kOutputTolerance);
-    EXPECT_TRUE(testing::untouched_outside(y_storage, y));
+    testing::expect_glu_matches_reference(
+        c.T, c.I, c.layout, /*stddev=*/3.0f, rng, kOutputTolerance,
+        [](const TensorView& x, const TensorView& y) { return silu_and_mul({.x = x, .y = y}); },
+        [&](const std::vector<double>& x) { return silu_and_mul_reference(x, c.T, c.I); });
   }
 }
 
