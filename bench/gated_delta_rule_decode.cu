@@ -68,19 +68,29 @@ double rel_l2(const Tensor& got, const Tensor& want) {
 /// (what the decode step does); 1: in place with streaming cache hints (ld/st .cs); 2: out of
 /// place, into the slot `shift` further on (what fla's public decode does: a fresh state; at small
 /// B the next step then finds its state in L2, so that row is no floor there). Mode 0 is also
-/// timed launched in clusters of 16 blocks, as the small-batch decode tilings are. Each
+/// timed launched in clusters of 16 blocks, as the small-batch decode tilings are. kMode 3: in
+/// place as a programmatic dependent of the kernel before (slot id and loads before
+/// griddepcontrol.wait, stores after: what an overlapped step can reach at best); 4: no copy, the
+/// slot id only (the cost of a launch in this graph); 5: the same with the dependent launch. Each
 /// value is stored times `one` (1 at run time) so that the compiler cannot drop the stores.
 template <int kMode>
 __global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int64_t heads_rows,
                                         int64_t shift, int64_t num_slots, float one) {
   const int b = blockIdx.y;
+  if constexpr (kMode == 3 || kMode == 5) asm volatile("griddepcontrol.launch_dependents;");
   const int64_t slot = slots[b];
+  if constexpr (kMode >= 4) {
+    if constexpr (kMode == 5) asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (slot < 0) state[0].x = one;  // never (slots are >= 0): keeps the slot load
+    return;
+  }
   const int64_t offset = int64_t(blockIdx.x) * 16 * 32 + threadIdx.x;
   const float4* src = state + slot * heads_rows * 32 + offset;
   float4* dst = state + (kMode == 2 ? (slot + shift) % num_slots : slot) * heads_rows * 32 + offset;
   float4 x[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) x[i] = kMode == 1 ? __ldcs(src + i * 128) : src[i * 128];
+  if constexpr (kMode == 3) asm volatile("griddepcontrol.wait;" ::: "memory");
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float4 y = make_float4(x[i].x * one, x[i].y * one, x[i].z * one, x[i].w * one);
@@ -104,7 +114,7 @@ struct CaseResult {
 
 /// Sets up one case (pools, inputs, CPU check), then times the entry and each tiling in `sweep`.
 CaseResult run_case(const Case& c, int B, int d,
-                    const std::vector<kernels::cuda::DecodeTiling>& sweep) {
+                    const std::vector<kernels::cuda::DecodeTiling>& sweep, bool overlap) {
   std::mt19937 rng(1234u + unsigned(B) * 7u + (c.kda ? 1u : 0u));
   const int64_t conv_dim = 2 * int64_t(c.H) * d + int64_t(c.HV) * d, K = 4;
   const int64_t state_bytes_per_seq = int64_t(c.HV) * d * d * 4;
@@ -189,6 +199,9 @@ CaseResult run_case(const Case& c, int B, int d,
   cudaEvent_t start, stop;
   HYLA_CUDA_CHECK(cudaEventCreate(&start));
   HYLA_CUDA_CHECK(cudaEventCreate(&stop));
+  // --overlap: each step may start while the previous one runs (safe here: consecutive steps of
+  // the ring touch disjoint slot sets; in a model the kernel before is the input projection).
+  p.overlap_previous = overlap;
   std::vector<kernels::cuda::DecodeTiling> variants = {{0, 0}};
   variants.insert(variants.end(), sweep.begin(), sweep.end());
   for (const kernels::cuda::DecodeTiling tiling : variants) {
@@ -205,6 +218,22 @@ CaseResult run_case(const Case& c, int B, int d,
           state_copy_floor_kernel<1><<<grid, 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
         if (tiling.rows_per_block == -3)
           state_copy_floor_kernel<2><<<grid, 128, 0, st>>>(state, ids, rows, B, slots, 1.0f);
+        if (tiling.rows_per_block <= -5) {  // in place overlapped / launch only (+ overlapped)
+          cudaLaunchConfig_t config{};
+          config.gridDim = grid;
+          config.blockDim = dim3(128);
+          config.stream = st;
+          cudaLaunchAttribute pdl{};
+          pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          pdl.val.programmaticStreamSerializationAllowed = 1;
+          config.attrs = &pdl;
+          config.numAttrs = tiling.rows_per_block == -6 ? 0 : 1;
+          auto* kernel = tiling.rows_per_block == -5   ? state_copy_floor_kernel<3>
+                         : tiling.rows_per_block == -6 ? state_copy_floor_kernel<4>
+                                                       : state_copy_floor_kernel<5>;
+          HYLA_CUDA_CHECK(
+              cudaLaunchKernelEx(&config, kernel, state, ids, rows, int64_t(0), slots, 1.0f));
+        }
         if (tiling.rows_per_block == -4) {  // in place, launched in clusters of 16 blocks
           cudaLaunchConfig_t config{};
           config.gridDim = grid;
@@ -255,6 +284,17 @@ CaseResult run_case(const Case& c, int B, int d,
     }
     std::sort(times.begin(), times.end());
     const double us = double(times[3]) * 1e3 / (double(replays) * ring);
+#ifdef HYLA_DECODE_PROBE
+    if (B == 1 && tiling.rows_per_block >= 0 && !tiling.bulk) {
+      const auto t = tiling.rows_per_block
+                         ? tiling
+                         : kernels::cuda::default_decode_tiling(B, c.H, c.HV / c.H, d, 1, overlap);
+      std::printf("probe %s R%d w%d%s: %.2f us\n", c.name, t.rows_per_block, t.warps,
+                  overlap ? " overlap" : "", us);
+      HYLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      kernels::cuda::decode_probe_dump(12, c.H * (c.HV / c.H) * d / t.rows_per_block);
+    }
+#endif
     res.timings.push_back(Timing{tiling, us, bytes / (us * 1e-6) * 1e-9});
     HYLA_CUDA_CHECK(cudaGraphExecDestroy(exec));
     HYLA_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -275,9 +315,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   // --sweep: every tiling; --floor: also plain copies of the same state bytes (this harness's
-  // floors: in place, in place with streaming hints, out of place); --only gdn|kda, --batch B,
-  // --rows R: one slice (for a profiler).
-  bool sweep = false, floor = false;
+  // floors: in place, in place with streaming hints, out of place, clustered, overlapped; a launch
+  // alone, plain and overlapped); --overlap: steps launched with
+  // overlap_previous (rows marked +ovl); --only gdn|kda, --batch B, --rows R: one slice (for a
+  // profiler).
+  bool sweep = false, floor = false, overlap = false;
   const char* json_path = nullptr;
   std::string only;
   int only_batch = 0, only_rows = 0;
@@ -285,6 +327,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--sweep") {
       sweep = true;
+    } else if (arg == "--overlap") {
+      overlap = true;
     } else if (arg == "--floor") {
       floor = true;
     } else if (arg == "--only" && i + 1 < argc) {
@@ -317,15 +361,16 @@ int main(int argc, char** argv) {
         if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
       if (floor)
-        for (int mode : {-1, -2, -3, -4}) tilings.push_back({mode, 0});
-      const CaseResult r = run_case(c, B, 128, tilings);
-      const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128);
+        for (int mode : {-1, -2, -3, -4, -5, -6, -7}) tilings.push_back({mode, 0});
+      const CaseResult r = run_case(c, B, 128, tilings, overlap);
+      const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap);
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
         const auto tl = is_default ? chosen : t.tiling;
         std::string name;
         if (tl.rows_per_block < 0) {
-          const char* floors[] = {"copy", "copy.cs", "copy.out", "copy.c16"};
+          const char* floors[] = {"copy",     "copy.cs", "copy.out",  "copy.c16",
+                                  "copy+ovl", "launch",  "launch+ovl"};
           name = floors[-tl.rows_per_block - 1];
         } else if (tl.bulk) {
           name = str_cat("bulk", tl.rows_per_block, "w", tl.warps);
@@ -334,6 +379,7 @@ int main(int argc, char** argv) {
                          kernels::cuda::decode_cluster_size(tl, group, 128));
         }
         if (is_default) name += "*";
+        if (overlap && tl.rows_per_block > 0 && !tl.bulk) name += "+ovl";
         std::printf("| %-22s | %5d | %-8s | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B,
                     name.c_str(), t.us, t.gbps, r.err_o, r.err_state);
         if (json)

@@ -55,6 +55,14 @@ struct GatedDeltaRuleDecodeParams {
   TensorView norm_gate;
   float norm_eps = 1e-6f;
   GateActivation norm_act = GateActivation::kSilu;
+
+  /// CUDA only (the CPU body ignores it). The step may start before the kernel issued just
+  /// before it on the stream has finished (programmatic dependent launch) and read the slot ids,
+  /// the state pool and the conv-state pool meanwhile; qkv, a and b are read after that kernel
+  /// has finished. Set it only when that kernel writes none of slots, state_pool, conv_state
+  /// (e.g. the layer's input projection; not this layer's previous step or commit). The
+  /// bulk-copy tiling ignores it (runs in stream order).
+  bool overlap_previous = false;
 };
 
 /// After a verify call: install, per sequence, the state after its first accepted[b] tokens.

@@ -24,6 +24,11 @@
 #include <cstdint>
 #include <iterator>
 #include <mutex>
+#ifdef HYLA_DECODE_PROBE
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+#endif
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/gated_delta_rule_decode_common.cuh"
@@ -35,6 +40,22 @@ namespace hyla::kernels::cuda {
 namespace {
 
 using namespace decode_detail;
+
+#ifdef HYLA_DECODE_PROBE
+// Timeline probe (a diagnostic build only: -DHYLA_DECODE_PROBE): thread 0 of each block of
+// sequence 0 records %globaltimer (ns) at kProbePoints points, per slot (ring step) modulo 64.
+constexpr int kProbeSteps = 64, kProbeBlocks = 256, kProbePoints = 8;
+__device__ unsigned long long g_probe[kProbeSteps][kProbeBlocks][kProbePoints];
+__device__ __forceinline__ void probe(int slot, int point) {
+  if (threadIdx.x != 0 || blockIdx.y != 0 || blockIdx.x >= kProbeBlocks || slot < 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  g_probe[slot % kProbeSteps][blockIdx.x][point] = t;
+}
+#define HYLA_PROBE(slot, point) probe(slot, point)
+#else
+#define HYLA_PROBE(slot, point) ((void)0)
+#endif
 
 /// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
 /// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
@@ -80,45 +101,72 @@ __global__ void __launch_bounds__(32 * kWarps)
     return 2 * int64_t(p.H) * kDk + int64_t(kh) * p.group * kDk + row0 + r;
   };
 
-  // 0. Loads indexed by the sequence, not by its slot, issued while the slot id is on its way:
-  // conv weights and new inputs of the block's channels, gate and beta inputs.
-  ConvIn<kT> qk_in[kQkPerThread];
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // no-op without a dependent
+#ifdef HYLA_DECODE_PROBE
+  {
+    unsigned long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)::"memory");
+    if (tid == 0 && b == 0 && blockIdx.x < kProbeBlocks && slot >= 0)
+      g_probe[slot % kProbeSteps][blockIdx.x][0] = t0;  // (stored once the slot id is back)
+  }
+  HYLA_PROBE(slot, 1);
+#endif
+
+  // 0. Constants (conv weights, dt_bias, A_log), then the inputs, indexed by the sequence, not by
+  // its slot, issued while the slot id is on its way, unless the step overlaps the kernel before
+  // it (p.overlap): then the inputs come after griddepcontrol.wait below.
+  ConvIn<kT> qk_in[kQkPerThread], v_in[kVPerThread];
 #pragma unroll
   for (int i = 0; i < kQkPerThread; ++i)
     if (tid + i * kThreads < 2 * kDk)
-      load_conv_in(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
-  ConvIn<kT> v_in[kVPerThread];
+      load_conv_weights(p, qk_channel(tid + i * kThreads), qk_in[i]);
 #pragma unroll
   for (int i = 0; i < kVPerThread; ++i)
-    if (tid + i * kThreads < kR) load_conv_in(p, b, T, v_channel(tid + i * kThreads), v_in[i]);
+    if (tid + i * kThreads < kR) load_conv_weights(p, v_channel(tid + i * kThreads), v_in[i]);
   // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item tid = (t,
-  // head). x = gate input + dt_bias, A = A_log.
+  // head). Gate argument x = gate input + dt_bias; A = A_log.
   constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
-  float gate_x[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
+  float gate_in[kGateItems], gate_bias[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
+  int64_t gate_at[kGateItems];  // element of a, -1 = none
 #pragma unroll
   for (int n = 0; n < kGateItems; ++n) {
-    gate_x[n] = gate_A[n] = 0.0f;
+    gate_in[n] = gate_bias[n] = gate_A[n] = 0.0f;
+    gate_at[n] = -1;
     if constexpr (kKda) {
       const int i = tid + n * kThreads;
       if (i < T * kHeads * kDk) {
         const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
         const int hv = hv0 + h;
-        gate_x[n] = load_any(p.a, p.a_bf16, ((int64_t(b) * T + t) * p.HV + hv) * kDk + c) +
-                    p.dt_bias[hv * kDk + c];
+        gate_at[n] = ((int64_t(b) * T + t) * p.HV + hv) * kDk + c;
+        gate_bias[n] = p.dt_bias[hv * kDk + c];
         gate_A[n] = p.A_log[hv];
       }
     } else if (tid < T * kHeads) {
       const int hv = hv0 + tid % kHeads;
-      gate_x[n] =
-          load_any(p.a, p.a_bf16, (int64_t(b) * T + tid / kHeads) * p.HV + hv) + p.dt_bias[hv];
+      gate_at[n] = (int64_t(b) * T + tid / kHeads) * p.HV + hv;
+      gate_bias[n] = p.dt_bias[hv];
       gate_A[n] = p.A_log[hv];
     }
   }
-  if (tid < T * kHeads)
-    beta_x = load_any(p.b, p.b_bf16, (int64_t(b) * T + tid / kHeads) * p.HV + hv0 + tid % kHeads);
+  auto load_inputs = [&] {
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i)
+      if (tid + i * kThreads < 2 * kDk)
+        load_conv_inputs(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
+#pragma unroll
+    for (int i = 0; i < kVPerThread; ++i)
+      if (tid + i * kThreads < kR)
+        load_conv_inputs(p, b, T, v_channel(tid + i * kThreads), v_in[i]);
+#pragma unroll
+    for (int n = 0; n < kGateItems; ++n)
+      if (gate_at[n] >= 0) gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]);
+    if (tid < T * kHeads)
+      beta_x = load_any(p.b, p.b_bf16, (int64_t(b) * T + tid / kHeads) * p.HV + hv0 + tid % kHeads);
+  };
+  if (!p.overlap) load_inputs();
   if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
 
-  // 1. The first kStages row groups' loads, before anything else that needs the slot.
+  // 1. The first kStages row groups' loads, then the conv windows: everything that needs the slot.
   Ts* const rows_ptr =
       static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + warp_rows) * kDk + lane * kPerLane;
   float buf[kStages][kGroup][kPerLane];
@@ -127,6 +175,18 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
     for (int u = 0; u < kGroup; ++u)
       RowFragment<Ts, kPerLane>::load(rows_ptr + (s * kGroup + u) * kDk, buf[s][u]);
+#pragma unroll
+  for (int i = 0; i < kQkPerThread; ++i)
+    if (tid + i * kThreads < 2 * kDk)
+      load_conv_window(p, slot, qk_channel(tid + i * kThreads), qk_in[i]);
+#pragma unroll
+  for (int i = 0; i < kVPerThread; ++i)
+    if (tid + i * kThreads < kR) load_conv_window(p, slot, v_channel(tid + i * kThreads), v_in[i]);
+  if (p.overlap) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
+    HYLA_PROBE(slot, 2);
+    load_inputs();
+  }
 
   // 2. The key head's 2 d_k q/k channels (every block of the cluster computes all of them; their
   // windows are advanced by rank 0 once every block has read them, or at once without a cluster)
@@ -138,7 +198,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int c = tid + i * kThreads;
     if (c < 2 * kDk) {
       float y[kT];
-      conv_channel(p, T, slot, qk_channel(c), qk_in[i], y, qk_next[i]);
+      conv_apply(p, T, qk_in[i], y, qk_next[i]);
 #pragma unroll
       for (int t = 0; t < kT; ++t)
         if (t < T) s_qk[t][c] = y[t];
@@ -149,7 +209,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int r = tid + i * kThreads;
     if (r < kR) {
       float y[kT];
-      conv_channel(p, T, slot, v_channel(r), v_in[i], y, v_next[i]);
+      conv_apply(p, T, v_in[i], y, v_next[i]);
 #pragma unroll
       for (int t = 0; t < kT; ++t)
         if (t < T) s_v[t][r] = y[t];
@@ -179,17 +239,19 @@ __global__ void __launch_bounds__(32 * kWarps)
     if constexpr (kKda) {
       const int i = tid + n * kThreads;
       if (i < T * kHeads * kDk) {
-        const float a_scale = expf(gate_A[n]);
-        const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * gate_x[n])
-                                    : -a_scale * softplus(gate_x[n]);
+        const float a_scale = expf(gate_A[n]), x = gate_in[n] + gate_bias[n];
+        const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * x) : -a_scale * softplus(x);
         s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
       }
     } else if (tid < T * kHeads) {
-      s_gdn_decay[tid / kHeads][tid % kHeads] = expf(-expf(gate_A[n]) * softplus(gate_x[n]));
+      s_gdn_decay[tid / kHeads][tid % kHeads] =
+          expf(-expf(gate_A[n]) * softplus(gate_in[n] + gate_bias[n]));
     }
   }
   if (tid < T * kHeads) s_beta[tid / kHeads][tid % kHeads] = sigmoid(beta_x);
+  HYLA_PROBE(slot, 3);
   __syncthreads();
+  HYLA_PROBE(slot, 4);
 
   // 5a. l2 norms, each warp for itself: 1 / |q| (times scale) and 1 / |k| per token.
   for (int t = 0; t < T; ++t) {
@@ -207,6 +269,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
   }
   __syncwarp();
+  HYLA_PROBE(slot, 5);
 
   // 5b. Row groups. Per token, per row: row *= decay;  v_hat = <row, k>;  delta = beta (v - v_hat);
   // row += delta k;  o = <row, q>. The group's reductions run side by side.
@@ -277,6 +340,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
   }
 
+  HYLA_PROBE(slot, 6);
   // 6. Cluster: once every block has read the q/k windows, rank 0 advances them.
   if (p.cluster > 1) {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -287,6 +351,7 @@ __global__ void __launch_bounds__(32 * kWarps)
           store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
     }
   }
+  HYLA_PROBE(slot, 7);
 }
 
 /// After a verify call: advances each sequence's conv window by accepted[b] tokens: the new K-1
@@ -344,7 +409,8 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
 
 /// The tilings compiled: {rows per block, warps per block}, smallest blocks first, then fewer
 /// warps; {32, 8, bulk} is decode_bulk_kernel (T = 1 only, no cluster). (Capping registers so
-/// that 32 warps fit per SM at large batch spills 84-180 bytes per thread at d_k = 128: not
+/// that 32 warps fit per SM at large batch spills 84-180 bytes per thread at d_k = 128; holding
+/// all 4 row groups of a 16-row warp in flight measured 1-15% slower than 2 at every batch: not
 /// compiled.)
 constexpr DecodeTiling kTilings[] = {{8, 4},   {8, 8},   {16, 4},  {16, 8},
                                      {16, 16}, {32, 4},  {32, 8},  {64, 4},
@@ -365,13 +431,22 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
   config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
   config.blockDim = dim3(unsigned(32 * kWarps));
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(args.cluster);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = args.cluster > 1 ? 1 : 0;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (args.cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = unsigned(args.cluster);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (args.overlap) {  // a programmatic dependent of the kernel before it on the stream
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  config.attrs = attrs;
+  config.numAttrs = n;
   HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
   return ok_status();
 }
@@ -435,7 +510,24 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
   return int(cluster);
 }
 
-DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T) {
+DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T,
+                                   bool overlap) {
+  const int64_t units = B * H;
+  // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap):
+  //  - below 128 units: 16 rows per block, 4 warps when the key head takes a cluster of 16, else
+  //    8 (B=1: GDN 16 rows / 4 warps 3.70 us, 8 warps 4.11, 32 / 8 4.55; KDA 16 / 8 4.14, 16 / 4
+  //    4.50, 8 / 4 4.76);
+  //  - 128 to 256 units (measured at B=8): 64 rows, 4 warps (GDN 11.76 us, KDA 11.89; bulk, which
+  //    does not overlap, 14.5 / 14.1; whole key heads 12.2 / 13.4);
+  //  - above: as without overlap (B >= 64: no gain measured).
+  if (overlap && T == 1) {
+    for (const DecodeTiling t : kTilings) {
+      const int cluster = decode_cluster_size(t, group, d_v);
+      if (cluster == 0 || t.bulk) continue;
+      if (units < 128 && t.rows_per_block == 16 && t.warps == (cluster == 16 ? 4 : 8)) return t;
+      if (units >= 128 && units <= 256 && t.rows_per_block == 64 && t.warps == 4) return t;
+    }
+  }
   // Measured on the H200 (docs/perf.md, sweeps of every tiling, GDN H16/HV32 and KDA H32):
   //  - below 128 (sequence, key head) units: 8 warps, the key head cut into a cluster of (up to) 8
   //    blocks (B=1: GDN 32 rows 5.50 us, KDA 16 rows 5.43 us; 4 warps 6.0-6.3, 16 warps 9.3);
@@ -443,7 +535,6 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
   //    14.33 / 14.48), which takes T = 1 only (verify: as from 1024 units);
   //  - from 1024 units: whole key heads per block (no cluster), the most warps (B=64: KDA 81.3 us
   //    against bulk 83.3; GDN ties; B >= 256 wins by 1-3%).
-  const int64_t units = B * H;
   if (units >= 128 && units < 1024 && T == 1) {
     const DecodeTiling bulk{kBulkRows, kBulkWarps, true};
     if (decode_cluster_size(bulk, group, d_v) == 1) return bulk;
@@ -515,6 +606,7 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   args.cluster = cluster;
   args.scale = p.scale > 0.0f ? p.scale : 1.0f / sqrtf(float(d_k));
   args.commit = p.commit;
+  args.overlap = p.overlap_previous;
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
   const DecodeTiling rows = tiling;
   HYLA_RETURN_IF_ERROR(bf16_state
@@ -538,8 +630,8 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
   const DecodeShape s = decode_shape(p);
-  return gated_delta_rule_decode_tiled(p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T),
-                                       stream);
+  return gated_delta_rule_decode_tiled(
+      p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T, p.overlap_previous), stream);
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {
@@ -567,5 +659,41 @@ Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream strea
   HYLA_CUDA_CHECK(cudaGetLastError());
   return ok_status();
 }
+
+#ifdef HYLA_DECODE_PROBE
+void decode_probe_dump(int steps, int blocks) {
+  static unsigned long long h[kProbeSteps][kProbeBlocks][kProbePoints];
+  HYLA_CUDA_CHECK(cudaDeviceSynchronize());
+  HYLA_CUDA_CHECK(cudaMemcpyFromSymbol(h, g_probe, sizeof(h)));
+  // Per step: ns from the earliest block start (point 0) of the step to each point, as min /
+  // median / max over the blocks; and the step's first start relative to the previous step's.
+  const int n = steps < kProbeSteps ? steps : kProbeSteps;
+  unsigned long long prev0 = 0, prev_end = 0;
+  for (int st = 0; st < n; ++st) {
+    unsigned long long t0 = ~0ull, end = 0;
+    for (int bl = 0; bl < blocks && bl < kProbeBlocks; ++bl) {
+      if (h[st][bl][0] < t0) t0 = h[st][bl][0];
+      if (h[st][bl][7] > end) end = h[st][bl][7];
+    }
+    std::printf(
+        "probe step %2d: start +%lld ns after prev start, %lld ns after prev end; span %llu", st,
+        prev0 ? (long long)(t0 - prev0) : 0LL, prev_end ? (long long)t0 - (long long)prev_end : 0LL,
+        end - t0);
+    for (int pt = 1; pt < kProbePoints; ++pt) {
+      std::vector<long long> v;
+      for (int bl = 0; bl < blocks && bl < kProbeBlocks; ++bl)
+        if (h[st][bl][pt]) v.push_back((long long)(h[st][bl][pt] - t0));
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf(" | p%d %lld/%lld/%lld", pt, v.front(), v[v.size() / 2], v.back());
+    }
+    std::printf("\n");
+    prev0 = t0;
+    prev_end = end;
+  }
+  static unsigned long long zero[kProbeSteps][kProbeBlocks][kProbePoints];
+  HYLA_CUDA_CHECK(cudaMemcpyToSymbol(g_probe, zero, sizeof(zero)));
+}
+#endif
 
 }  // namespace hyla::kernels::cuda

@@ -41,6 +41,7 @@ struct StepArgs {
   int T, K, H, HV, group, cluster;
   float scale;
   bool commit;
+  bool overlap;  ///< GatedDeltaRuleDecodeParams::overlap_previous
 };
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
@@ -117,39 +118,56 @@ struct RowFragment<uint16_t, 2> {
   }
 };
 
-/// What one conv channel needs besides its window: the K weights (zero-padded on the old side to
-/// kMaxK, so every register index is a compile-time constant) and the T new inputs. Indexed by
-/// sequence row b, not by slot: a kernel can load it before its slot id has arrived.
+/// What one conv channel reads: the K weights (zero-padded on the old side to kMaxK, so every
+/// register index is a compile-time constant), the T new inputs and the K-1 window entries. The
+/// three are loaded separately: weights are constants, inputs are indexed by the sequence row (a
+/// kernel can load them before its slot id has arrived), the window by the slot.
 template <int kT>
 struct ConvIn {
   float w[kMaxK];
   float x[kT];
+  float win[kMaxK - 1];
 };
 template <int kT>
-__device__ __forceinline__ void load_conv_in(const StepArgs& p, int b, int T, int64_t ch,
-                                             ConvIn<kT>& in) {
+__device__ __forceinline__ void load_conv_weights(const StepArgs& p, int64_t ch, ConvIn<kT>& in) {
   const int pad = kMaxK - p.K;
 #pragma unroll
   for (int j = 0; j < kMaxK; ++j) in.w[j] = j >= pad ? p.conv_w[ch * p.K + (j - pad)] : 0.0f;
+}
+template <int kT>
+__device__ __forceinline__ void load_conv_inputs(const StepArgs& p, int b, int T, int64_t ch,
+                                                 ConvIn<kT>& in) {
 #pragma unroll
   for (int t = 0; t < kT; ++t)
     in.x[t] = t < T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0.0f;
 }
-
-/// One conv channel over the T new tokens: y[t] = silu(sum_j w[ch, j] u[t - (K-1) + j]), where u is
-/// the channel's window (K-1 oldest-first entries from the pool) followed by the new inputs; next
-/// gets the advanced window, the last K-1 entries of [window | new].
 template <int kT>
-__device__ __forceinline__ void conv_channel(const StepArgs& p, int T, int slot, int64_t ch,
-                                             const ConvIn<kT>& in, float (&y)[kT],
-                                             float (&next)[kMaxK - 1]) {
-  constexpr int kLen = kMaxK - 1 + kT;
-  float seq[kLen];
+__device__ __forceinline__ void load_conv_window(const StepArgs& p, int slot, int64_t ch,
+                                                 ConvIn<kT>& in) {
   const int pad = kMaxK - p.K;
   const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
 #pragma unroll
   for (int j = 0; j < kMaxK - 1; ++j)
-    seq[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
+    in.win[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
+}
+/// Weights and inputs.
+template <int kT>
+__device__ __forceinline__ void load_conv_in(const StepArgs& p, int b, int T, int64_t ch,
+                                             ConvIn<kT>& in) {
+  load_conv_weights(p, ch, in);
+  load_conv_inputs(p, b, T, ch, in);
+}
+
+/// One conv channel over the T new tokens from loaded ConvIn: y[t] = silu(sum_j w[ch, j]
+/// u[t - (K-1) + j]), where u is the window (K-1 oldest-first entries) followed by the new
+/// inputs; next gets the advanced window, the last K-1 entries of [window | new].
+template <int kT>
+__device__ __forceinline__ void conv_apply(const StepArgs& p, int T, const ConvIn<kT>& in,
+                                           float (&y)[kT], float (&next)[kMaxK - 1]) {
+  constexpr int kLen = kMaxK - 1 + kT;
+  float seq[kLen];
+#pragma unroll
+  for (int j = 0; j < kMaxK - 1; ++j) seq[j] = in.win[j];
 #pragma unroll
   for (int t = 0; t < kT; ++t) seq[kMaxK - 1 + t] = in.x[t];
 #pragma unroll
@@ -172,6 +190,14 @@ __device__ __forceinline__ void conv_channel(const StepArgs& p, int T, int slot,
     for (int i = 0; i < kLen; ++i)
       if (i == first + j) next[j] = seq[i];
   }
+}
+/// The window loaded here, weights and inputs already in `in`.
+template <int kT>
+__device__ __forceinline__ void conv_channel(const StepArgs& p, int T, int slot, int64_t ch,
+                                             ConvIn<kT> in, float (&y)[kT],
+                                             float (&next)[kMaxK - 1]) {
+  load_conv_window(p, slot, ch, in);
+  conv_apply(p, T, in, y, next);
 }
 /// The same, loading the weights and inputs itself.
 template <int kT>

@@ -36,11 +36,18 @@ std::vector<DecodeTiling> decode_tilings();
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v);
 
 /// The tiling gated_delta_rule_decode uses for B sequences of T tokens, H key heads of group d_v
-/// rows.
-DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1);
+/// rows; `overlap`: GatedDeltaRuleDecodeParams::overlap_previous.
+DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
+                                   bool overlap = false);
 
 /// gated_delta_rule_decode with an explicit tiling (arguments already checked by the caller).
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
                                      Stream stream);
+
+#ifdef HYLA_DECODE_PROBE
+/// Diagnostic build only: prints the timeline the block kernel recorded for sequence 0 of the
+/// first `steps` ring steps (blocks 0..blocks-1) and clears it.
+void decode_probe_dump(int steps, int blocks);
+#endif
 
 }  // namespace hyla::kernels::cuda

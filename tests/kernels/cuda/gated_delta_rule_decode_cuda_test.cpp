@@ -7,6 +7,8 @@
 // cluster size) on its own; slot ids outside the pool are skipped.
 // Every element of o, the state pool, the conv pool and (verify) the step states is compared;
 // padding rows must keep their poison on the GPU. Skipped when no CUDA device is visible.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -330,6 +332,24 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
     for (int64_t group : {1, 2, 4})
       for (int64_t d : {64, 128})
         EXPECT_GT(std::get<3>(pick(B, 4, group, d)), 0) << B << " " << group << " " << d;
+
+  // Overlapped steps: below 128 units 16 rows per block (4 warps in a cluster of 16, else 8);
+  // 128 to 256 units 64 rows / 4 warps (the bulk kernel does not overlap); above, as without.
+  auto pick_overlapped = [](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1) {
+    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v, T, true);
+    return std::make_tuple(t.rows_per_block, t.warps, t.bulk,
+                           cuda::decode_cluster_size(t, group, d_v));
+  };
+  EXPECT_EQ(pick_overlapped(1, 16, 2, 128), std::make_tuple(16, 4, false, 16));
+  EXPECT_EQ(pick_overlapped(1, 32, 1, 128), std::make_tuple(16, 8, false, 8));
+  EXPECT_EQ(pick_overlapped(8, 16, 2, 128), std::make_tuple(64, 4, false, 4));
+  EXPECT_EQ(pick_overlapped(8, 32, 1, 128), std::make_tuple(64, 4, false, 2));
+  EXPECT_EQ(pick_overlapped(64, 16, 2, 128), pick(64, 16, 2, 128));
+  EXPECT_EQ(pick_overlapped(8, 32, 1, 128, 3), std::make_tuple(128, 4, false, 1));  // verify
+  for (int64_t B : {1, 3, 8, 64, 1024})
+    for (int64_t group : {1, 2, 4})
+      for (int64_t d : {64, 128})
+        EXPECT_GT(std::get<3>(pick_overlapped(B, 4, group, d)), 0) << B << " " << group << " " << d;
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
@@ -342,6 +362,53 @@ TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
   const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 4});
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   EXPECT_NE(s.message().find("256 rows per block"), std::string::npos) << s.to_string();
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, OverlapWaitsForTheKernelBeforeItsInputs) {
+  // overlap_previous: the step may start while the kernel before it runs and read its pools, but
+  // must read qkv only after that kernel has finished. Here the kernel before writes the step's
+  // qkv: a producer decode step (GDN, HV = 4, d = 64) whose o [B, 4, 64] (NaN-poisoned until
+  // written) is the consumer's qkv [B, 256] (GDN H = 1, HV = 2, d = 64). The reference is the CPU
+  // body on the producer's GPU output. Every tiling that can serve the consumer, and the entry.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  std::mt19937 rng(seed);
+  const int64_t B = 5;
+  const DecodeCase producer{.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64};
+  const DecodeCase consumer{.gate = DecodeGate::kGdn, .H = 1, .HV = 2, .d_k = 64, .d_v = 64};
+  const std::vector<int32_t> slots = random_slots(B, rng);
+  SCOPED_TRACE(str_cat("seed ", seed, ", slots ", list_string(slots)));
+  const DecodeTensors host_p = testing::make_decode_tensors(producer, B, 1, slots, B + 3, rng);
+  const DecodeTensors host_c = testing::make_decode_tensors(consumer, B, 1, slots, B + 3, rng);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<std::optional<cuda::DecodeTiling>> tilings = {std::nullopt};
+  for (const cuda::DecodeTiling t : cuda::decode_tilings())
+    if (!t.bulk && cuda::decode_cluster_size(t, consumer.HV / consumer.H, consumer.d_v) > 0)
+      tilings.push_back(t);
+  for (const std::optional<cuda::DecodeTiling>& tiling : tilings) {
+    SCOPED_TRACE(
+        tiling ? str_cat("tiling ", tiling->rows_per_block, " rows / ", tiling->warps, " warps")
+               : std::string("the entry's tiling"));
+    DecodeTensors gpu_p = host_p.to(Device::cuda()), gpu_c = host_c.to(Device::cuda());
+    GatedDeltaRuleDecodeParams c = gpu_c.decode_params(/*commit=*/true);
+    c.qkv = gpu_p.o.view().reshape({B, 256});
+    c.overlap_previous = true;
+    ASSERT_OK(gated_delta_rule_decode(gpu_p.decode_params(/*commit=*/true), Stream{stream}));
+    ASSERT_OK(tiling ? cuda::gated_delta_rule_decode_tiled(c, *tiling, Stream{stream})
+                     : gated_delta_rule_decode(c, Stream{stream}));
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+
+    DecodeTensors cpu = host_c.to(Device::cpu());
+    const Tensor qkv = gpu_p.o.to(Device::cpu());
+    GatedDeltaRuleDecodeParams h = cpu.decode_params(/*commit=*/true);
+    h.qkv = qkv.view().reshape({B, 256});
+    ASSERT_OK(gated_delta_rule_decode(h));
+    const DecodeTensors back = gpu_c.to(Device::cpu());
+    expect_outputs_match(consumer, back, cpu, slots, /*verify=*/false);
+    expect_pools_match(consumer, back, cpu);
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, GatedNormMatchesCpu) {
