@@ -60,8 +60,9 @@ struct GatedDeltaRuleDecodeParams {
   /// before it on the stream has finished (programmatic dependent launch) and read the slot ids,
   /// the state pool and the conv-state pool meanwhile; qkv, a and b are read after that kernel
   /// has finished. Set it only when that kernel writes none of slots, state_pool, conv_state
-  /// (e.g. the layer's input projection; not this layer's previous step or commit). The
-  /// bulk-copy tiling ignores it (runs in stream order).
+  /// (e.g. the layer's input projection; not this layer's previous step or commit). The step
+  /// starts early only as far as that kernel lets its dependents launch early. The bulk-copy
+  /// tiling ignores it (runs in stream order).
   bool overlap_previous = false;
 };
 

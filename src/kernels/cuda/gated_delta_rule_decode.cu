@@ -17,6 +17,10 @@
 //      32 lanes x d_k / 32 contiguous elements, runs the T tokens on it (decay, predict = warp
 //      sum, write, read = warp sum), stores it back (decode) or stores every step's copy
 //      (verify), the next row group's loads in flight meanwhile.
+// With overlap_previous the block is a programmatic dependent of the kernel before it: it lets its
+// own dependent launch at once, loads the slot id, its state rows and the windows, then waits
+// (griddepcontrol.wait) before it reads the inputs. Build with -DHYLA_DECODE_PROBE for a timeline
+// of each block (tools/gpu/decode_probe.sh).
 // A T = 1 kernel lives beside it: the bulk-copy kernel (gated_delta_rule_decode_bulk.cu). Gated
 // RMSNorm, when asked, runs as one more kernel. No host synchronisation: graph-capturable.
 #include <cuda_runtime.h>
