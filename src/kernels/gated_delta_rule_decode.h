@@ -61,8 +61,9 @@ struct GatedDeltaRuleDecodeParams {
   /// the state pool and the conv-state pool meanwhile; qkv, a and b are read after that kernel
   /// has finished. Set it only when that kernel writes none of slots, state_pool, conv_state
   /// (e.g. the layer's input projection; not this layer's previous step or commit). The step
-  /// starts early only as far as that kernel lets its dependents launch early. The bulk-copy
-  /// tiling ignores it (runs in stream order).
+  /// starts early only as far as that kernel lets its dependents launch early. Verify (T > 1),
+  /// the bulk-copy tiling and tilings of more than 64 rows per block ignore it (run in stream
+  /// order); the entry picks overlapped tilings below 257 (sequence, key head) units.
   bool overlap_previous = false;
 };
 

@@ -65,8 +65,11 @@ __device__ __forceinline__ void probe(int slot, int point) {
 /// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
 /// of p.cluster blocks, row0 = r kR. kT: the most tokens per sequence this instantiation handles
 /// (1 for decode, kMaxT for verify), so the decode path does no work for absent draft tokens.
+/// kOverlap: launched as a programmatic dependent (overlap_previous), inputs read after
+/// griddepcontrol.wait; a template parameter so that the plain instantiations keep the registers
+/// of a kernel without the second path (a runtime flag cost up to 18 registers: 2-5% at large B).
 /// d_v == kDk.
-template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
 __global__ void __launch_bounds__(32 * kWarps)
     decode_step_kernel(const __grid_constant__ StepArgs p) {
   constexpr int kThreads = 32 * kWarps;
@@ -101,6 +104,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   auto qk_channel = [&](int c) {
     return (c < kDk ? 0 : int64_t(p.H) * kDk) + int64_t(kh) * kDk + c % kDk;
   };
+  // Items only some threads have are spread over the warps, so that warp 0 does not carry them
+  // all to the block barrier: v channels on the last threads, the GDN gates on warp 1, beta on
+  // warp 2 (item = v_tid + i kThreads, gate_tid, beta_tid; out of range = none).
+  const int v_tid = kR < kThreads ? tid - (kThreads - kR) : tid;
+  const int gate_tid = tid - (kWarps > 1 ? 32 : 0), beta_tid = tid - (kWarps > 2 ? 64 : 0);
+  auto v_item = [&](int i) { return v_tid + i * kThreads; };
+  auto v_ok = [&](int i) { return unsigned(v_item(i)) < unsigned(kR); };
   auto v_channel = [&](int r) {
     return 2 * int64_t(p.H) * kDk + int64_t(kh) * p.group * kDk + row0 + r;
   };
@@ -118,15 +128,20 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   // 0. Constants (conv weights, dt_bias, A_log), then the inputs, indexed by the sequence, not by
   // its slot, issued while the slot id is on its way, unless the step overlaps the kernel before
-  // it (p.overlap): then the inputs come after griddepcontrol.wait below.
+  // it (kOverlap): then the inputs come after griddepcontrol.wait below.
   ConvIn<kT> qk_in[kQkPerThread], v_in[kVPerThread];
 #pragma unroll
   for (int i = 0; i < kQkPerThread; ++i)
-    if (tid + i * kThreads < 2 * kDk)
+    if (tid + i * kThreads < 2 * kDk) {
       load_conv_weights(p, qk_channel(tid + i * kThreads), qk_in[i]);
+      if constexpr (!kOverlap) load_conv_inputs(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
+    }
 #pragma unroll
   for (int i = 0; i < kVPerThread; ++i)
-    if (tid + i * kThreads < kR) load_conv_weights(p, v_channel(tid + i * kThreads), v_in[i]);
+    if (v_ok(i)) {
+      load_conv_weights(p, v_channel(v_item(i)), v_in[i]);
+      if constexpr (!kOverlap) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
+    }
   // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item tid = (t,
   // head). Gate argument x = gate input + dt_bias; A = A_log.
   constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
@@ -142,35 +157,46 @@ __global__ void __launch_bounds__(32 * kWarps)
         const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
         const int hv = hv0 + h;
         gate_at[n] = ((int64_t(b) * T + t) * p.HV + hv) * kDk + c;
-        gate_bias[n] = p.dt_bias[hv * kDk + c];
+        if constexpr (kOverlap) {
+          gate_bias[n] = p.dt_bias[hv * kDk + c];
+        } else {  // the bias folded in at once (gate_bias stays 0)
+          gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv * kDk + c];
+        }
         gate_A[n] = p.A_log[hv];
       }
-    } else if (tid < T * kHeads) {
-      const int hv = hv0 + tid % kHeads;
-      gate_at[n] = (int64_t(b) * T + tid / kHeads) * p.HV + hv;
-      gate_bias[n] = p.dt_bias[hv];
+    } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
+      const int hv = hv0 + gate_tid % kHeads;
+      gate_at[n] = (int64_t(b) * T + gate_tid / kHeads) * p.HV + hv;
+      if constexpr (kOverlap) {
+        gate_bias[n] = p.dt_bias[hv];
+      } else {
+        gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv];
+      }
       gate_A[n] = p.A_log[hv];
     }
   }
-  auto load_inputs = [&] {
+  auto load_beta = [&] {
+    if (unsigned(beta_tid) < unsigned(T * kHeads))
+      beta_x = load_any(p.b, p.b_bf16,
+                        (int64_t(b) * T + beta_tid / kHeads) * p.HV + hv0 + beta_tid % kHeads);
+  };
+  if constexpr (!kOverlap) load_beta();
+  auto load_inputs = [&] {  // overlapped: after griddepcontrol.wait
 #pragma unroll
     for (int i = 0; i < kQkPerThread; ++i)
       if (tid + i * kThreads < 2 * kDk)
         load_conv_inputs(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
 #pragma unroll
     for (int i = 0; i < kVPerThread; ++i)
-      if (tid + i * kThreads < kR)
-        load_conv_inputs(p, b, T, v_channel(tid + i * kThreads), v_in[i]);
+      if (v_ok(i)) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
 #pragma unroll
     for (int n = 0; n < kGateItems; ++n)
       if (gate_at[n] >= 0) gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]);
-    if (tid < T * kHeads)
-      beta_x = load_any(p.b, p.b_bf16, (int64_t(b) * T + tid / kHeads) * p.HV + hv0 + tid % kHeads);
+    load_beta();
   };
-  if (!p.overlap) load_inputs();
   if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
 
-  // 1. The first kStages row groups' loads, then the conv windows: everything that needs the slot.
+  // 1. The first kStages row groups' loads (overlapped: also the conv windows, then the wait).
   Ts* const rows_ptr =
       static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + warp_rows) * kDk + lane * kPerLane;
   float buf[kStages][kGroup][kPerLane];
@@ -179,14 +205,14 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
     for (int u = 0; u < kGroup; ++u)
       RowFragment<Ts, kPerLane>::load(rows_ptr + (s * kGroup + u) * kDk, buf[s][u]);
+  if constexpr (kOverlap) {  // the windows too, then wait (plain: each window just before use)
 #pragma unroll
-  for (int i = 0; i < kQkPerThread; ++i)
-    if (tid + i * kThreads < 2 * kDk)
-      load_conv_window(p, slot, qk_channel(tid + i * kThreads), qk_in[i]);
+    for (int i = 0; i < kQkPerThread; ++i)
+      if (tid + i * kThreads < 2 * kDk)
+        load_conv_window(p, slot, qk_channel(tid + i * kThreads), qk_in[i]);
 #pragma unroll
-  for (int i = 0; i < kVPerThread; ++i)
-    if (tid + i * kThreads < kR) load_conv_window(p, slot, v_channel(tid + i * kThreads), v_in[i]);
-  if (p.overlap) {
+    for (int i = 0; i < kVPerThread; ++i)
+      if (v_ok(i)) load_conv_window(p, slot, v_channel(v_item(i)), v_in[i]);
     asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
     HYLA_PROBE(slot, 2);
     load_inputs();
@@ -202,6 +228,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int c = tid + i * kThreads;
     if (c < 2 * kDk) {
       float y[kT];
+      if constexpr (!kOverlap) load_conv_window(p, slot, qk_channel(c), qk_in[i]);
       conv_apply(p, T, qk_in[i], y, qk_next[i]);
 #pragma unroll
       for (int t = 0; t < kT; ++t)
@@ -210,9 +237,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 #pragma unroll
   for (int i = 0; i < kVPerThread; ++i) {
-    const int r = tid + i * kThreads;
-    if (r < kR) {
+    const int r = v_item(i);
+    if (v_ok(i)) {
       float y[kT];
+      if constexpr (!kOverlap) load_conv_window(p, slot, v_channel(r), v_in[i]);
       conv_apply(p, T, v_in[i], y, v_next[i]);
 #pragma unroll
       for (int t = 0; t < kT; ++t)
@@ -222,7 +250,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   if (p.commit) {
 #pragma unroll
     for (int i = 0; i < kVPerThread; ++i)
-      if (tid + i * kThreads < kR) store_window(p, slot, v_channel(tid + i * kThreads), v_next[i]);
+      if (v_ok(i)) store_window(p, slot, v_channel(v_item(i)), v_next[i]);
     if (p.cluster == 1) {
 #pragma unroll
       for (int i = 0; i < kQkPerThread; ++i)
@@ -247,12 +275,13 @@ __global__ void __launch_bounds__(32 * kWarps)
         const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * x) : -a_scale * softplus(x);
         s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
       }
-    } else if (tid < T * kHeads) {
-      s_gdn_decay[tid / kHeads][tid % kHeads] =
+    } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
+      s_gdn_decay[gate_tid / kHeads][gate_tid % kHeads] =
           expf(-expf(gate_A[n]) * softplus(gate_in[n] + gate_bias[n]));
     }
   }
-  if (tid < T * kHeads) s_beta[tid / kHeads][tid % kHeads] = sigmoid(beta_x);
+  if (unsigned(beta_tid) < unsigned(T * kHeads))
+    s_beta[beta_tid / kHeads][beta_tid % kHeads] = sigmoid(beta_x);
   HYLA_PROBE(slot, 3);
   __syncthreads();
   HYLA_PROBE(slot, 4);
@@ -420,9 +449,9 @@ constexpr DecodeTiling kTilings[] = {{8, 4},   {8, 8},   {16, 4},  {16, 8},
                                      {16, 16}, {32, 4},  {32, 8},  {64, 4},
                                      {128, 4}, {256, 4}, {256, 8}, {kBulkRows, kBulkWarps, true}};
 
-template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
-Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
-  auto* kernel = decode_step_kernel<Ts, kKda, kDk, kR, kWarps, kT>;
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
+Status launch_block_kernel(const StepArgs& args, int B, cudaStream_t stream) {
+  auto* kernel = decode_step_kernel<Ts, kKda, kDk, kR, kWarps, kT, kOverlap>;
   if (args.cluster > 8) {  // beyond the portable cluster size: opt in once per instantiation
     static std::once_flag once;
     static cudaError_t set = cudaSuccess;
@@ -444,7 +473,7 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
     attrs[n].val.clusterDim.z = 1;
     ++n;
   }
-  if (args.overlap) {  // a programmatic dependent of the kernel before it on the stream
+  if (kOverlap) {  // a programmatic dependent of the kernel before it on the stream
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
@@ -453,6 +482,16 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
   config.numAttrs = n;
   HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
   return ok_status();
+}
+
+/// Overlapped instantiations exist for decode (T = 1) tilings of up to 64 rows, the ones the
+/// entry picks with overlap_previous; the others run in stream order with the flag set.
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
+Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
+  if constexpr (kT == 1 && kR <= 64)
+    if (args.overlap)
+      return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, true>(args, B, stream);
+  return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, false>(args, B, stream);
 }
 
 template <typename Ts, bool kKda, int kDk, int kT>
