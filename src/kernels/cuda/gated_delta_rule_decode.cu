@@ -559,7 +559,8 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
   // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap):
   //  - below 128 units: 16 rows per block, 4 warps when the key head takes a cluster of 16, else
   //    8 (B=1: GDN 16 rows / 4 warps 3.70 us, 8 warps 4.11, 32 / 8 4.55; KDA 16 / 8 4.14, 16 / 4
-  //    4.50, 8 / 4 4.76);
+  //    4.50, 8 / 4 4.76; after 42c8b25 one measurement: GDN 16 / 4 4.78 us, KDA 16 / 8 3.90: the
+  //    GDN choice is to be re-swept);
   //  - 128 to 256 units (measured at B=8): 64 rows, 4 warps (GDN 11.76 us, KDA 11.89; bulk, which
   //    does not overlap, 14.5 / 14.1; whole key heads 12.2 / 13.4);
   //  - above: as without overlap (B >= 64: no gain measured).
