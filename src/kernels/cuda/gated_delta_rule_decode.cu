@@ -142,8 +142,8 @@ __global__ void __launch_bounds__(32 * kWarps)
       load_conv_weights(p, v_channel(v_item(i)), v_in[i]);
       if constexpr (!kOverlap) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
     }
-  // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item tid = (t,
-  // head). Gate argument x = gate input + dt_bias; A = A_log.
+  // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item gate_tid =
+  // (t, head). Gate argument x = gate input + dt_bias; A = A_log.
   constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
   float gate_in[kGateItems], gate_bias[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
   int64_t gate_at[kGateItems];  // element of a, -1 = none
