@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
                          kernels::cuda::decode_cluster_size(tl, group, 128));
         }
         if (is_default) name += "*";
-        if (overlap && tl.rows_per_block > 0 && !tl.bulk) name += "+ovl";
+        if (overlap && kernels::cuda::decode_tiling_overlaps(tl, 1)) name += "+ovl";
         std::printf("| %-22s | %5d | %-8s | %9.2f | %8.0f | %9.2e | %9.2e |\n", c.name, B,
                     name.c_str(), t.us, t.gbps, r.err_o, r.err_state);
         if (json)

@@ -488,7 +488,7 @@ Status launch_block_kernel(const StepArgs& args, int B, cudaStream_t stream) {
 /// entry picks with overlap_previous; the others run in stream order with the flag set.
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
-  if constexpr (kT == 1 && kR <= 64)
+  if constexpr (kT == 1 && kR <= kOverlapMaxRows)  // decode_tiling_overlaps
     if (args.overlap)
       return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, true>(args, B, stream);
   return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, false>(args, B, stream);

@@ -28,6 +28,14 @@ struct DecodeTiling {
   bool bulk = false;
 };
 
+/// With overlap_previous, a tiling runs as a programmatic dependent of the kernel before it only
+/// for decode (T = 1) on the block kernel with at most kOverlapMaxRows rows per block; the others
+/// run in stream order.
+constexpr int kOverlapMaxRows = 64;
+inline bool decode_tiling_overlaps(DecodeTiling t, int64_t T) {
+  return T == 1 && !t.bulk && t.rows_per_block > 0 && t.rows_per_block <= kOverlapMaxRows;
+}
+
 /// The tilings the kernel is compiled for, smallest blocks first.
 std::vector<DecodeTiling> decode_tilings();
 

@@ -302,8 +302,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
   // Host logic only (no device needed): the choice docs/perf.md measured best on the H200.
-  auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v) {
-    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v);
+  auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
+                 bool overlap = false) {
+    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v, T, overlap);
     return std::make_tuple(t.rows_per_block, t.warps, t.bulk,
                            cuda::decode_cluster_size(t, group, d_v));
   };
@@ -335,10 +336,8 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
 
   // Overlapped steps: below 128 units 16 rows per block (4 warps in a cluster of 16, else 8);
   // 128 to 256 units 64 rows / 4 warps (the bulk kernel does not overlap); above, as without.
-  auto pick_overlapped = [](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1) {
-    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v, T, true);
-    return std::make_tuple(t.rows_per_block, t.warps, t.bulk,
-                           cuda::decode_cluster_size(t, group, d_v));
+  auto pick_overlapped = [&](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1) {
+    return pick(B, H, group, d_v, T, true);
   };
   EXPECT_EQ(pick_overlapped(1, 16, 2, 128), std::make_tuple(16, 4, false, 16));
   EXPECT_EQ(pick_overlapped(1, 32, 1, 128), std::make_tuple(16, 8, false, 8));
