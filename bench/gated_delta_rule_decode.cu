@@ -285,7 +285,8 @@ CaseResult run_case(const Case& c, int B, int d,
     std::sort(times.begin(), times.end());
     const double us = double(times[3]) * 1e3 / (double(replays) * ring);
 #ifdef HYLA_DECODE_PROBE
-    if (B == 1 && tiling.rows_per_block >= 0 && !tiling.bulk) {
+    if (B == 1 && tiling.rows_per_block >= 0 &&
+        tiling.kernel == kernels::cuda::DecodeKernel::kBlock) {
       const auto t = tiling.rows_per_block
                          ? tiling
                          : kernels::cuda::default_decode_tiling(B, c.H, c.HV / c.H, d, 1, overlap);
@@ -372,11 +373,8 @@ int main(int argc, char** argv) {
           const char* floors[] = {"copy",     "copy.cs", "copy.out",  "copy.c16",
                                   "copy+ovl", "launch",  "launch+ovl"};
           name = floors[-tl.rows_per_block - 1];
-        } else if (tl.bulk) {
-          name = str_cat("bulk", tl.rows_per_block, "w", tl.warps);
         } else {
-          name = str_cat("R", tl.rows_per_block, "w", tl.warps, "c",
-                         kernels::cuda::decode_cluster_size(tl, group, 128));
+          name = kernels::cuda::decode_tiling_name(tl, group, 128);
         }
         if (is_default) name += "*";
         if (overlap && kernels::cuda::decode_tiling_overlaps(tl, 1)) name += "+ovl";
@@ -385,9 +383,13 @@ int main(int argc, char** argv) {
         if (json)
           std::fprintf(json,
                        "{\"case\":\"%s\",\"B\":%d,\"rows_per_block\":%d,\"warps\":%d,"
-                       "\"bulk\":%s,\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
+                       "\"kernel\":\"%s\",\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
                        "\"err_state\":%.3e}\n",
-                       c.name, B, tl.rows_per_block, tl.warps, tl.bulk ? "true" : "false",
+                       c.name, B, tl.rows_per_block, tl.warps,
+                       tl.rows_per_block < 0                             ? "floor"
+                       : tl.bulk()                                       ? "bulk"
+                       : tl.kernel == kernels::cuda::DecodeKernel::kWarp ? "warp"
+                                                                         : "block",
                        is_default ? "true" : "false", t.us, t.gbps, r.err_o, r.err_state);
       }
     }

@@ -62,8 +62,8 @@ struct GatedDeltaRuleDecodeParams {
   /// has finished. Set it only when that kernel writes none of slots, state_pool, conv_state
   /// (e.g. the layer's input projection; not this layer's previous step or commit). The step
   /// starts early only as far as that kernel lets its dependents launch early. Verify (T > 1),
-  /// the bulk-copy tiling and tilings of more than 64 rows per block ignore it (run in stream
-  /// order); the entry picks overlapped tilings below 257 (sequence, key head) units.
+  /// the bulk-copy tiling and block-kernel tilings of more than 64 rows per block ignore it (run
+  /// in stream order); the entry picks overlapped tilings below 257 (sequence, key head) units.
   bool overlap_previous = false;
 };
 

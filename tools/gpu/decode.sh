@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): build with CUDA, run the GPU tests, then
 # the decode benchmark and fla's decode benchmark side by side. Results go under $OUT.
-#   bash tools/gpu/decode.sh [tests|bench|sweep|overlap|fla|all]...   (default: all but sweep, overlap)
+#   bash tools/gpu/decode.sh [tests|bench|sweep|overlap|sweep-overlap|fla|all]...
+#   (default: all but sweep, overlap, sweep-overlap)
 # sweep: the benchmark again with every tiling of the CUDA body timed (--sweep) and a plain
 # in-place copy of the same state bytes (--floor: what this harness can reach at best).
 # overlap: the benchmark with every step launched with overlap_previous (--overlap).
+# sweep-overlap: every tiling timed with overlap_previous (--sweep --overlap).
 # fla's python package must be in third_party_peer/fla (carried, never committed), with
 # bench_fla.py beside it (a copy of ../shared/tools/bench_fla.py).
 set -uo pipefail
@@ -41,6 +43,10 @@ fi
 if [[ " ${steps[*]} " == *" overlap "* ]]; then
   ./build-gpu/bin/hyla_bench_gated_delta_rule_decode --overlap "$OUT/hyla_decode_overlap.jsonl" |
     tee "$OUT/hyla_decode_overlap.txt"
+fi
+if [[ " ${steps[*]} " == *" sweep-overlap "* ]]; then
+  ./build-gpu/bin/hyla_bench_gated_delta_rule_decode --sweep --overlap \
+    "$OUT/hyla_decode_sweep_overlap.jsonl" | tee "$OUT/hyla_decode_sweep_overlap.txt"
 fi
 if want fla; then
   PYTHONUNBUFFERED=1 PYTHONPATH=third_party_peer timeout 420 python3 third_party_peer/bench_fla.py \

@@ -21,13 +21,16 @@
 // own dependent launch at once, loads the slot id, its state rows and the windows, then waits
 // (griddepcontrol.wait) before it reads the inputs. Build with -DHYLA_DECODE_PROBE for a timeline
 // of each block (tools/gpu/decode_probe.sh).
-// A T = 1 kernel lives beside it: the bulk-copy kernel (gated_delta_rule_decode_bulk.cu). Gated
-// RMSNorm, when asked, runs as one more kernel. No host synchronisation: graph-capturable.
+// Two T = 1 kernels live beside it: the bulk-copy kernel (gated_delta_rule_decode_bulk.cu) and the
+// warp kernel (gated_delta_rule_decode_warp.cu). Gated RMSNorm, when asked, runs as one more
+// kernel. No host synchronisation: graph-capturable.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <mutex>
+#include <string>
 #ifdef HYLA_DECODE_PROBE
 #include <algorithm>
 #include <cstdio>
@@ -115,7 +118,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     return 2 * int64_t(p.H) * kDk + int64_t(kh) * p.group * kDk + row0 + r;
   };
 
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // no-op without a dependent
+  trigger_dependents(p, 0);  // no-op without a dependent
 #ifdef HYLA_DECODE_PROBE
   {
     unsigned long long t0;
@@ -214,6 +217,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int i = 0; i < kVPerThread; ++i)
       if (v_ok(i)) load_conv_window(p, slot, v_channel(v_item(i)), v_in[i]);
     asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
+    trigger_dependents(p, 1);
     HYLA_PROBE(slot, 2);
     load_inputs();
   }
@@ -441,13 +445,32 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
 }
 
 /// The tilings compiled: {rows per block, warps per block}, smallest blocks first, then fewer
-/// warps; {32, 8, bulk} is decode_bulk_kernel (T = 1 only, no cluster). (Capping registers so
+/// warps; {32, 8, bulk} is decode_bulk_kernel (T = 1 only, no cluster); then the warp kernel's
+/// (T = 1 only; gated_delta_rule_decode_warp.cu). (Capping registers so
 /// that 32 warps fit per SM at large batch spills 84-180 bytes per thread at d_k = 128; holding
 /// all 4 row groups of a 16-row warp in flight measured 1-15% slower than 2 at every batch: not
 /// compiled.)
-constexpr DecodeTiling kTilings[] = {{8, 4},   {8, 8},   {16, 4},  {16, 8},
-                                     {16, 16}, {32, 4},  {32, 8},  {64, 4},
-                                     {128, 4}, {256, 4}, {256, 8}, {kBulkRows, kBulkWarps, true}};
+constexpr DecodeKernel kWarpKernel = DecodeKernel::kWarp;
+constexpr DecodeTiling kTilings[] = {{8, 4},
+                                     {8, 8},
+                                     {16, 4},
+                                     {16, 8},
+                                     {16, 16},
+                                     {32, 4},
+                                     {32, 8},
+                                     {64, 4},
+                                     {128, 4},
+                                     {256, 4},
+                                     {256, 8},
+                                     {kBulkRows, kBulkWarps, DecodeKernel::kBulk},
+                                     {8, 2, kWarpKernel},
+                                     {16, 2, kWarpKernel},
+                                     {16, 4, kWarpKernel},
+                                     {16, 8, kWarpKernel},
+                                     {32, 4, kWarpKernel},
+                                     {32, 8, kWarpKernel},
+                                     {64, 8, kWarpKernel},
+                                     {128, 16, kWarpKernel}};
 
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
 Status launch_block_kernel(const StepArgs& args, int B, cudaStream_t stream) {
@@ -496,7 +519,9 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
 
 template <typename Ts, bool kKda, int kDk, int kT>
 Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
-  if (t.bulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
+  if (t.kernel == DecodeKernel::kBulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
+  if (t.kernel == DecodeKernel::kWarp)
+    return launch_warp<Ts, kKda>(args, kDk, B, t.rows_per_block, t.warps, stream);
   const int key = t.rows_per_block * 100 + t.warps;
   switch (key) {
     case 804: return launch_tiled<Ts, kKda, kDk, 8, 4, kT>(args, B, stream);
@@ -533,15 +558,60 @@ Status launch_head_dim(const StepArgs& args, int d_k, int B, DecodeTiling rows,
   }
 }
 
+/// The warp kernel reads qkv, the conv weights and windows, the KDA gate inputs and dt_bias and
+/// the state rows by vector loads of up to 16 bytes at offsets that are multiples of the vector.
+bool warp_kernel_aligned(const GatedDeltaRuleDecodeParams& p) {
+  auto aligned = [](const TensorView& t) {
+    return !t.defined() || reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
+  };
+  return aligned(p.qkv) && aligned(p.conv_weight) && aligned(p.conv_state) && aligned(p.a) &&
+         aligned(p.dt_bias) && aligned(p.state_pool) && aligned(p.step_states);
+}
+
+/// StepArgs::trigger of an overlapped step of `units` (sequence, key head) units. Measured on the
+/// H200 (docs/perf.md 2026-11-30, every tiling with --overlap at B = 1 and 8): below 128 units
+/// after the block's own griddepcontrol.wait (B=1, 32 rows / 8 warps: GDN 3.99 -> 3.20 us, KDA
+/// 4.34 -> 3.20; letting the next step launch at once lets it queue its state loads ahead of this
+/// step's input loads), else at the start (B=8: GDN 11.53 against 11.57, KDA 11.84 against
+/// 12.22). Triggering only at exit: 4.9-5.4 us at B=1. HYLA_DECODE_TRIGGER=start|wait|exit
+/// overrides it (a diagnostic).
+int decode_trigger(int64_t units) {
+  static const int forced = [] {
+    const char* env = std::getenv("HYLA_DECODE_TRIGGER");
+    if (env == nullptr) return -1;
+    const std::string v = env;
+    return v == "start" ? 0 : v == "wait" ? 1 : v == "exit" ? 2 : -1;
+  }();
+  if (forced >= 0) return forced;
+  return units < 128 ? 1 : 0;
+}
+
 }  // namespace
 
 std::vector<DecodeTiling> decode_tilings() {
   return std::vector<DecodeTiling>(std::begin(kTilings), std::end(kTilings));
 }
 
+std::string decode_tiling_name(DecodeTiling tiling, int64_t group, int64_t d_v) {
+  const int cluster = decode_cluster_size(tiling, group, d_v);
+  switch (tiling.kernel) {
+    case DecodeKernel::kBulk: return str_cat("bulk", tiling.rows_per_block, "w", tiling.warps);
+    case DecodeKernel::kWarp:
+      return str_cat("W", tiling.rows_per_block, "w", tiling.warps, "c", cluster);
+    case DecodeKernel::kBlock: break;
+  }
+  return str_cat("R", tiling.rows_per_block, "w", tiling.warps, "c", cluster);
+}
+
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
   const int64_t rows = group * d_v, r = tiling.rows_per_block;
-  if (tiling.bulk)  // whole key heads, no cluster
+  if (tiling.kernel == DecodeKernel::kWarp) {  // a warp's rows inside one value head
+    if (d_v != 64 && d_v != 128) return 0;
+    if (r <= 0 || tiling.warps <= 0 || r % tiling.warps != 0 || rows % r != 0) return 0;
+    if (d_v % (r / tiling.warps) != 0 || rows / r > 16) return 0;
+    return int(rows / r);
+  }
+  if (tiling.bulk())  // whole key heads, no cluster
     return r == kBulkRows && tiling.warps == kBulkWarps && group <= kBulkMaxGroup &&
                    d_v % kBulkRows == 0
                ? 1
@@ -554,40 +624,50 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
 }
 
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T,
-                                   bool overlap) {
+                                   bool overlap, bool warp_kernel_ok) {
   const int64_t units = B * H;
-  // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap):
-  //  - below 128 units: 16 rows per block, 4 warps when the key head takes a cluster of 16, else
-  //    8 (B=1: GDN 16 rows / 4 warps 3.70 us, 8 warps 4.11, 32 / 8 4.55; KDA 16 / 8 4.14, 16 / 4
-  //    4.50, 8 / 4 4.76; after 42c8b25 one measurement: GDN 16 / 4 4.78 us, KDA 16 / 8 3.90: the
-  //    GDN choice is to be re-swept);
-  //  - 128 to 256 units (measured at B=8): 64 rows, 4 warps (GDN 11.76 us, KDA 11.89; bulk, which
-  //    does not overlap, 14.5 / 14.1; whole key heads 12.2 / 13.4);
+  // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap, the
+  // dependent launched after the wait below 128 units: decode_trigger):
+  //  - below 128 units: the block kernel, 32 rows / 8 warps (B=1: GDN 3.20 us, KDA 3.20; the
+  //    warp kernel's best GDN 3.33, KDA 3.20; 16 rows / 4 warps 3.67 / 3.86);
+  //  - 128 to 256 units (measured at B=8): 64 rows, 4 warps (GDN 11.53 us, KDA 11.84; bulk, which
+  //    does not overlap, 14.4 / 14.0; the best warp tiling 14.3 / 14.3);
   //  - above: as without overlap (B >= 64: no gain measured).
   if (overlap && T == 1) {
     for (const DecodeTiling t : kTilings) {
       const int cluster = decode_cluster_size(t, group, d_v);
-      if (cluster == 0 || t.bulk) continue;
-      if (units < 128 && t.rows_per_block == 16 && t.warps == (cluster == 16 ? 4 : 8)) return t;
+      if (cluster == 0 || t.kernel != DecodeKernel::kBlock) continue;
+      if (units < 128 && t.rows_per_block == 32 && t.warps == 8) return t;
       if (units >= 128 && units <= 256 && t.rows_per_block == 64 && t.warps == 4) return t;
     }
   }
+  // Without overlap, below 128 units and T = 1: the warp kernel, 16 rows per block, 4 warps of 4
+  // rows when the key head takes a cluster of 16, else 2 warps of 8 (B=1: GDN 4.71 us against the
+  // block kernel's best 5.03, KDA 4.87 against 5.07; docs/perf.md 2026-11-30).
+  if (!overlap && T == 1 && units < 128 && warp_kernel_ok) {
+    for (const DecodeTiling t : kTilings) {
+      const int cluster = decode_cluster_size(t, group, d_v);
+      if (cluster == 0 || t.kernel != DecodeKernel::kWarp || t.rows_per_block != 16) continue;
+      if (t.warps == (cluster == 16 ? 4 : 2)) return t;
+    }
+  }
   // Measured on the H200 (docs/perf.md, sweeps of every tiling, GDN H16/HV32 and KDA H32):
-  //  - below 128 (sequence, key head) units: 8 warps, the key head cut into a cluster of (up to) 8
+  //  - below 128 (sequence, key head) units, when the warp kernel cannot run (or T > 1): 8 warps,
+  //  the key head cut into a cluster of (up to) 8
   //    blocks (B=1: GDN 32 rows 5.50 us, KDA 16 rows 5.43 us; 4 warps 6.0-6.3, 16 warps 9.3);
   //  - 128 to 1023 units: the bulk-copy kernel (B=8: GDN 14.24 us, KDA 13.96 us; next best
   //    14.33 / 14.48), which takes T = 1 only (verify: as from 1024 units);
   //  - from 1024 units: whole key heads per block (no cluster), the most warps (B=64: KDA 81.3 us
   //    against bulk 83.3; GDN ties; B >= 256 wins by 1-3%).
   if (units >= 128 && units < 1024 && T == 1) {
-    const DecodeTiling bulk{kBulkRows, kBulkWarps, true};
+    const DecodeTiling bulk{kBulkRows, kBulkWarps, DecodeKernel::kBulk};
     if (decode_cluster_size(bulk, group, d_v) == 1) return bulk;
   }
   DecodeTiling best{};
   int best_cluster = 0;
   for (const DecodeTiling t : kTilings) {  // smallest blocks first, then more warps
     const int cluster = decode_cluster_size(t, group, d_v);
-    if (cluster == 0 || t.bulk) continue;
+    if (cluster == 0 || t.kernel != DecodeKernel::kBlock) continue;
     if (units < 128) {  // 8 warps, the largest cluster up to 8
       if (t.warps == 8 && cluster <= 8 && cluster > best_cluster) best = t, best_cluster = cluster;
     } else if (cluster == 1) {
@@ -596,7 +676,7 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
   }
   if (best.rows_per_block == 0)  // no such tiling: the largest blocks
     for (const DecodeTiling t : kTilings)
-      if (!t.bulk && decode_cluster_size(t, group, d_v) > 0) best = t;
+      if (t.kernel == DecodeKernel::kBlock && decode_cluster_size(t, group, d_v) > 0) best = t;
   return best;
 }
 
@@ -617,8 +697,23 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   if (cluster == 0)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.rows_per_block,
                        " rows per block do not tile ", HV / H, " value heads of ", d_v, " rows");
-  if (tiling.warps != 4 && tiling.warps != 8 && tiling.warps != 16)
+  if (tiling.kernel == DecodeKernel::kBlock && tiling.warps != 4 && tiling.warps != 8 &&
+      tiling.warps != 16)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
+  if (tiling.kernel == DecodeKernel::kWarp) {
+    if (T != 1)
+      return unsupported("gated_delta_rule_decode (CUDA): the warp kernel takes one token, not ",
+                         T);
+    if (p.conv_weight.size(1) != 4)
+      return unsupported(
+          "gated_delta_rule_decode (CUDA): the warp kernel takes a conv of 4 taps, not ",
+          p.conv_weight.size(1));
+    if (!warp_kernel_aligned(p))
+      return unsupported(
+          "gated_delta_rule_decode (CUDA): the warp kernel needs 16-byte aligned "
+          "qkv, conv weight, conv state, gate inputs, dt_bias, state pool and step "
+          "states");
+  }
   if (B == 0) return ok_status();
 
   StepArgs args{};
@@ -651,6 +746,7 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   args.scale = p.scale > 0.0f ? p.scale : 1.0f / sqrtf(float(d_k));
   args.commit = p.commit;
   args.overlap = p.overlap_previous;
+  args.trigger = decode_trigger(int64_t(B) * H);
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
   const DecodeTiling rows = tiling;
   HYLA_RETURN_IF_ERROR(bf16_state
@@ -674,8 +770,10 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
   const DecodeShape s = decode_shape(p);
+  const bool warp_ok = s.d_k == s.d_v && p.conv_weight.size(1) == 4 && warp_kernel_aligned(p);
   return gated_delta_rule_decode_tiled(
-      p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T, p.overlap_previous), stream);
+      p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T, p.overlap_previous, warp_ok),
+      stream);
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {

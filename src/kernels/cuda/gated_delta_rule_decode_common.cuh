@@ -42,7 +42,16 @@ struct StepArgs {
   float scale;
   bool commit;
   bool overlap;  ///< GatedDeltaRuleDecodeParams::overlap_previous
+  /// Where a block lets its dependent launch (griddepcontrol.launch_dependents): 0 at its start,
+  /// 1 after its own griddepcontrol.wait (overlapped instantiations), 2 never (at exit). A
+  /// diagnostic knob (env HYLA_DECODE_TRIGGER=start|wait|exit), 0 by default.
+  int trigger;
 };
+
+/// Lets the dependent grid launch when `where` is the trigger point chosen in p.
+__device__ __forceinline__ void trigger_dependents(const StepArgs& p, int where) {
+  if (p.trigger == where) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
   return __uint_as_float(uint32_t(bits) << 16);
@@ -257,5 +266,11 @@ constexpr int kBulkRows = 32, kBulkStages = 3, kBulkWarps = 8, kBulkMaxGroup = 4
 /// Bulk-copy decode (T = 1).
 template <typename Ts, bool kKda, int kDk>
 Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream);
+
+/// Warp-autonomous decode (T = 1, K = 4; gated_delta_rule_decode_warp.cu), the warp tilings'
+/// rows_per_block / warps.
+template <typename Ts, bool kKda>
+Status launch_warp(const StepArgs& args, int d_k, int B, int rows_per_block, int warps,
+                   cudaStream_t stream);
 
 }  // namespace hyla::kernels::cuda::decode_detail

@@ -8,10 +8,12 @@
 // each computes the key head's q/k conv (its threads share it through shared memory); a v channel
 // is read by one block, which advances its window at once, and the q/k windows are advanced by the
 // cluster's rank 0 after a cluster barrier says every block has read them. So the whole step,
-// conv window included, is one kernel.
+// conv window included, is one kernel. (The warp kernel cuts the rows the same way, but each warp
+// computes its own lanes' q/k channels: no shared memory.)
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -20,20 +22,38 @@
 
 namespace hyla::kernels::cuda {
 
+/// Which kernel runs a tiling.
+enum class DecodeKernel : uint8_t {
+  /// decode_step_kernel (any T): the block shares the key head's q/k conv through shared memory.
+  kBlock,
+  /// decode_bulk_kernel (T = 1): whole key heads per block, rows staged through shared memory by
+  /// bulk copies (TMA) in chunks of rows_per_block rows.
+  kBulk,
+  /// decode_warp_kernel (T = 1, d_k = d_v in {64, 128}, conv of 4 taps): every warp computes the
+  /// q/k conv of its own lanes' columns and needs no block barrier; rows_per_block / warps rows
+  /// per warp.
+  kWarp,
+};
+
 struct DecodeTiling {
   int rows_per_block = 0;  ///< must divide group d_v
   int warps = 4;           ///< warps per block
-  /// Whole key heads per block, rows staged through shared memory by bulk copies (TMA) in chunks
-  /// of rows_per_block rows (T = 1 only).
-  bool bulk = false;
+  DecodeKernel kernel = DecodeKernel::kBlock;
+  bool bulk() const { return kernel == DecodeKernel::kBulk; }
 };
 
+/// "R32w8c8" (block kernel), "bulk32w8", "W16w4c16" (warp kernel); cluster from
+/// decode_cluster_size.
+std::string decode_tiling_name(DecodeTiling tiling, int64_t group, int64_t d_v);
+
 /// With overlap_previous, a tiling runs as a programmatic dependent of the kernel before it only
-/// for decode (T = 1) on the block kernel with at most kOverlapMaxRows rows per block; the others
-/// run in stream order.
+/// for decode (T = 1) on the warp kernel, or on the block kernel with at most kOverlapMaxRows rows
+/// per block; the others run in stream order.
 constexpr int kOverlapMaxRows = 64;
 inline bool decode_tiling_overlaps(DecodeTiling t, int64_t T) {
-  return T == 1 && !t.bulk && t.rows_per_block > 0 && t.rows_per_block <= kOverlapMaxRows;
+  if (T != 1 || t.rows_per_block <= 0) return false;
+  return t.kernel == DecodeKernel::kWarp ||
+         (t.kernel == DecodeKernel::kBlock && t.rows_per_block <= kOverlapMaxRows);
 }
 
 /// The tilings the kernel is compiled for, smallest blocks first.
@@ -44,9 +64,10 @@ std::vector<DecodeTiling> decode_tilings();
 int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v);
 
 /// The tiling gated_delta_rule_decode uses for B sequences of T tokens, H key heads of group d_v
-/// rows; `overlap`: GatedDeltaRuleDecodeParams::overlap_previous.
+/// rows; `overlap`: GatedDeltaRuleDecodeParams::overlap_previous; `warp_kernel_ok`: the call
+/// meets the warp kernel's terms (conv of 4 taps, 16-byte aligned tensors), else the block kernel.
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
-                                   bool overlap = false);
+                                   bool overlap = false, bool warp_kernel_ok = true);
 
 /// gated_delta_rule_decode with an explicit tiling (arguments already checked by the caller).
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,

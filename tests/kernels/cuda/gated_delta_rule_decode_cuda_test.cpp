@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -148,10 +149,9 @@ Status gpu_decode(const GatedDeltaRuleDecodeParams& p, std::optional<cuda::Decod
 /// same host inputs; outputs are poisoned (0xff) on both sides before each call.
 void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed,
                              std::optional<cuda::DecodeTiling> tiling = std::nullopt) {
-  SCOPED_TRACE(str_cat(c.name(), "_B", B, "_T", T, " seed ", seed,
-                       tiling ? str_cat(" tiling ", tiling->rows_per_block, " rows / ",
-                                        tiling->warps, " warps", tiling->bulk ? " bulk" : "")
-                              : ""));
+  SCOPED_TRACE(str_cat(
+      c.name(), "_B", B, "_T", T, " seed ", seed,
+      tiling ? str_cat(" tiling ", cuda::decode_tiling_name(*tiling, c.HV / c.H, c.d_v)) : ""));
   std::mt19937 rng(seed);
   const std::vector<int32_t> slots = random_slots(B, rng);
   SCOPED_TRACE(str_cat("slots ", list_string(slots)));
@@ -290,8 +290,8 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   for (const DecodeCase& c : cases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      // The bulk tiling is decode-only (T = 1; verify with one token included).
-      const bool decode_only = t.bulk;
+      // The bulk and warp tilings are decode-only (T = 1; verify with one token included).
+      const bool decode_only = t.kernel != cuda::DecodeKernel::kBlock;
       for (int64_t T : {1, 3})
         if (!decode_only || T == 1) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
       ++runs;
@@ -301,54 +301,57 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
-  // Host logic only (no device needed): the choice docs/perf.md measured best on the H200.
+  // Host logic only (no device needed): the choice docs/perf.md measured best on the H200, named
+  // as the benchmark prints it (R rows w warps c cluster: block kernel; W: warp kernel).
   auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
-                 bool overlap = false) {
-    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v, T, overlap);
-    return std::make_tuple(t.rows_per_block, t.warps, t.bulk,
-                           cuda::decode_cluster_size(t, group, d_v));
+                 bool overlap = false, bool warp_ok = true) {
+    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v, T, overlap, warp_ok);
+    EXPECT_GT(cuda::decode_cluster_size(t, group, d_v), 0)
+        << "B " << B << " H " << H << " group " << group << " d_v " << d_v << " T " << T;
+    return cuda::decode_tiling_name(t, group, d_v);
   };
-  // Below 128 (sequence, key head) units: 8 warps, a cluster of 8 per key head.
-  EXPECT_EQ(pick(1, 16, 2, 128), std::make_tuple(32, 8, false, 8));  // GDN H16/HV32, B = 1
-  EXPECT_EQ(pick(1, 32, 1, 128), std::make_tuple(16, 8, false, 8));  // KDA H32, B = 1
-  EXPECT_EQ(pick(2, 16, 1, 64), std::make_tuple(8, 8, false, 8));    // d_v = 64
-  // 128 to 1023 units: the bulk-copy kernel.
-  EXPECT_EQ(pick(8, 16, 2, 128), std::make_tuple(32, 8, true, 1));
-  EXPECT_EQ(pick(8, 32, 1, 128), std::make_tuple(32, 8, true, 1));
+  // Below 128 (sequence, key head) units, one token: the warp kernel, 16 rows per block, 4 warps
+  // in a cluster of 16, else 2.
+  EXPECT_EQ(pick(1, 16, 2, 128), "W16w4c16");  // GDN H16/HV32, B = 1
+  EXPECT_EQ(pick(1, 32, 1, 128), "W16w2c8");   // KDA H32, B = 1
+  EXPECT_EQ(pick(2, 16, 1, 64), "W16w2c4");    // d_v = 64
+  // ... unless the call does not meet its terms, or verifies drafts: 8 warps, a cluster of up to 8.
+  EXPECT_EQ(pick(1, 16, 2, 128, 1, false, /*warp_ok=*/false), "R32w8c8");
+  EXPECT_EQ(pick(1, 32, 1, 128, 1, false, /*warp_ok=*/false), "R16w8c8");
+  EXPECT_EQ(pick(1, 32, 1, 128, /*T=*/4), "R16w8c8");
+  EXPECT_EQ(pick(2, 16, 1, 64, 1, false, /*warp_ok=*/false), "R8w8c8");
+  // 128 to 1023 units: the bulk-copy kernel ...
+  EXPECT_EQ(pick(8, 16, 2, 128), "bulk32w8");
+  EXPECT_EQ(pick(8, 32, 1, 128), "bulk32w8");
   // ... which takes one token: verify there runs as from 1024 units.
-  const cuda::DecodeTiling verify = cuda::default_decode_tiling(8, 32, 1, 128, /*T=*/3);
-  EXPECT_EQ(std::make_tuple(verify.rows_per_block, verify.warps, verify.bulk),
-            std::make_tuple(128, 4, false));
+  EXPECT_EQ(pick(8, 32, 1, 128, /*T=*/3), "R128w4c1");
   // From 1024 units: whole key heads per block, the most warps.
-  EXPECT_EQ(pick(64, 16, 2, 128), std::make_tuple(256, 8, false, 1));
-  EXPECT_EQ(pick(1024, 32, 1, 128), std::make_tuple(128, 4, false, 1));
+  EXPECT_EQ(pick(64, 16, 2, 128), "R256w8c1");
+  EXPECT_EQ(pick(1024, 32, 1, 128), "R128w4c1");
   // A key head of 512 rows (GVA 4:1): the largest blocks, a cluster of 2.
-  EXPECT_EQ(pick(64, 16, 4, 128), std::make_tuple(256, 8, false, 2));
-  // A key head of 8 value heads: no bulk (at most 4), no cluster of <= 8 with 8 warps below 128
-  // units: the largest blocks.
-  EXPECT_EQ(pick(1, 4, 8, 128), std::make_tuple(256, 8, false, 4));
-  EXPECT_EQ(pick(32, 4, 8, 128), std::make_tuple(256, 8, false, 4));
-  // Every choice is a tiling the kernel can run.
+  EXPECT_EQ(pick(64, 16, 4, 128), "R256w8c2");
+  // A key head of 8 value heads: no bulk (at most 4), no 16-row warp tiling (a cluster of 64),
+  // no cluster of <= 8 with 8 warps below 128 units: the largest blocks.
+  EXPECT_EQ(pick(1, 4, 8, 128), "R256w8c4");
+  EXPECT_EQ(pick(32, 4, 8, 128), "R256w8c4");
+  // Every choice is a tiling the kernel can run (pick checks the cluster size).
   for (int64_t B : {1, 3, 8, 64, 1024})
     for (int64_t group : {1, 2, 4})
       for (int64_t d : {64, 128})
-        EXPECT_GT(std::get<3>(pick(B, 4, group, d)), 0) << B << " " << group << " " << d;
+        for (int64_t T : {1, 3})
+          for (bool overlap : {false, true}) pick(B, 4, group, d, T, overlap);
 
-  // Overlapped steps: below 128 units 16 rows per block (4 warps in a cluster of 16, else 8);
-  // 128 to 256 units 64 rows / 4 warps (the bulk kernel does not overlap); above, as without.
+  // Overlapped steps: below 128 units the block kernel with 32 rows / 8 warps; 128 to 256 units
+  // 64 rows / 4 warps (the bulk kernel does not overlap); above, and for verify, as without.
   auto pick_overlapped = [&](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1) {
     return pick(B, H, group, d_v, T, true);
   };
-  EXPECT_EQ(pick_overlapped(1, 16, 2, 128), std::make_tuple(16, 4, false, 16));
-  EXPECT_EQ(pick_overlapped(1, 32, 1, 128), std::make_tuple(16, 8, false, 8));
-  EXPECT_EQ(pick_overlapped(8, 16, 2, 128), std::make_tuple(64, 4, false, 4));
-  EXPECT_EQ(pick_overlapped(8, 32, 1, 128), std::make_tuple(64, 4, false, 2));
+  EXPECT_EQ(pick_overlapped(1, 16, 2, 128), "R32w8c8");
+  EXPECT_EQ(pick_overlapped(1, 32, 1, 128), "R32w8c4");
+  EXPECT_EQ(pick_overlapped(8, 16, 2, 128), "R64w4c4");
+  EXPECT_EQ(pick_overlapped(8, 32, 1, 128), "R64w4c2");
   EXPECT_EQ(pick_overlapped(64, 16, 2, 128), pick(64, 16, 2, 128));
-  EXPECT_EQ(pick_overlapped(8, 32, 1, 128, 3), std::make_tuple(128, 4, false, 1));  // verify
-  for (int64_t B : {1, 3, 8, 64, 1024})
-    for (int64_t group : {1, 2, 4})
-      for (int64_t d : {64, 128})
-        EXPECT_GT(std::get<3>(pick_overlapped(B, 4, group, d)), 0) << B << " " << group << " " << d;
+  EXPECT_EQ(pick_overlapped(8, 32, 1, 128, 3), "R128w4c1");  // verify
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
@@ -361,6 +364,45 @@ TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
   const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 4});
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   EXPECT_NE(s.message().find("256 rows per block"), std::string::npos) << s.to_string();
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, MisalignedInputsTakeTheBlockKernel) {
+  // The warp kernel reads with vector loads from 16-byte aligned tensors. A qkv view one element
+  // into its buffer: the entry (which would pick the warp kernel at B = 1) runs the block kernel
+  // and matches the CPU; the warp tiling itself refuses the call.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  std::mt19937 rng(seed);
+  SCOPED_TRACE(str_cat("seed ", seed));
+  const DecodeCase c{.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128};
+  const std::vector<int32_t> slots = {1};
+  const DecodeTensors host = testing::make_decode_tensors(c, /*B=*/1, /*T=*/1, slots, 3, rng);
+  ASSERT_EQ(
+      cuda::decode_tiling_name(cuda::default_decode_tiling(1, c.H, c.HV / c.H, c.d_v), 2, c.d_v)[0],
+      'W')
+      << "the aligned call would take the warp kernel";
+  const int64_t n = host.qkv.numel(), conv_dim = host.qkv.size(1);
+  const int64_t elem = dtype_size(host.qkv.dtype());
+  Tensor shifted = Tensor::empty({n + 1}, host.qkv.dtype());
+  std::memcpy(static_cast<char*>(shifted.view().raw()) + elem, host.qkv.view().raw(),
+              size_t(n * elem));
+  const Tensor shifted_gpu = shifted.to(Device::cuda());
+  const TensorView qkv = shifted_gpu.view().slice(1, n + 1).reshape({1, conv_dim});
+
+  DecodeTensors cpu = host.to(Device::cpu()), gpu = host.to(Device::cuda());
+  cpu.poison_outputs();
+  gpu.poison_outputs();
+  GatedDeltaRuleDecodeParams p = gpu.decode_params(/*commit=*/true);
+  p.qkv = qkv;
+  const cuda::DecodeTiling warp{16, 4, cuda::DecodeKernel::kWarp};
+  const Status refused = cuda::gated_delta_rule_decode_tiled(p, warp, Stream{});
+  EXPECT_EQ(refused.code(), ErrorCode::kUnsupported) << refused.to_string();
+  EXPECT_NE(refused.message().find("16-byte aligned"), std::string::npos) << refused.to_string();
+  ASSERT_OK(gated_delta_rule_decode(p));
+  ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/true)));
+  const DecodeTensors back = gpu.to(Device::cpu());
+  expect_outputs_match(c, back, cpu, slots, /*verify=*/false);
+  expect_pools_match(c, back, cpu);
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, OverlapWaitsForTheKernelBeforeItsInputs) {
@@ -383,12 +425,12 @@ TEST(GatedDeltaRuleDecodeCudaTest, OverlapWaitsForTheKernelBeforeItsInputs) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   std::vector<std::optional<cuda::DecodeTiling>> tilings = {std::nullopt};
   for (const cuda::DecodeTiling t : cuda::decode_tilings())
-    if (!t.bulk && cuda::decode_cluster_size(t, consumer.HV / consumer.H, consumer.d_v) > 0)
+    if (cuda::decode_tiling_overlaps(t, 1) &&
+        cuda::decode_cluster_size(t, consumer.HV / consumer.H, consumer.d_v) > 0)
       tilings.push_back(t);
   for (const std::optional<cuda::DecodeTiling>& tiling : tilings) {
-    SCOPED_TRACE(
-        tiling ? str_cat("tiling ", tiling->rows_per_block, " rows / ", tiling->warps, " warps")
-               : std::string("the entry's tiling"));
+    SCOPED_TRACE(tiling ? str_cat("tiling ", cuda::decode_tiling_name(*tiling, 2, 64))
+                        : std::string("the entry's tiling"));
     DecodeTensors gpu_p = host_p.to(Device::cuda()), gpu_c = host_c.to(Device::cuda());
     GatedDeltaRuleDecodeParams c = gpu_c.decode_params(/*commit=*/true);
     c.qkv = gpu_p.o.view().reshape({B, 256});
