@@ -13,10 +13,10 @@
 //   2. computes the key head's 2 d_k q/k conv channels (window + SiLU; its threads share them
 //      through shared memory), its own rows' v channels and the gates; a v window is advanced at
 //      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier;
-//   3. l2-normalises q and k (each warp for itself) and streams its rows: each warp holds a row as
-//      32 lanes x d_k / 32 contiguous elements, runs the T tokens on it (decay, predict = warp
-//      sum, write, read = warp sum), stores it back (decode) or stores every step's copy
-//      (verify), the next row group's loads in flight meanwhile.
+//   3. streams its rows: each warp holds a row as 32 lanes x d_k / 32 contiguous elements, runs
+//      the T tokens on it (decay, predict = warp sum, write, read = warp sum; the q/k l2 norms
+//      folded into the first sum), stores it back (decode) or stores every step's copy (verify),
+//      the next row group's loads in flight meanwhile.
 // With overlap_previous the block is a programmatic dependent of the kernel before it: it lets its
 // own dependent launch at once, loads the slot id, its state rows and the windows, then waits
 // (griddepcontrol.wait) before it reads the inputs. Build with -DHYLA_DECODE_PROBE for a timeline
@@ -91,7 +91,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   __shared__ float s_v[kT][kR];
   __shared__ float s_gdn_decay[kT][kHeads];  // GDN exp(g)
   __shared__ float s_beta[kT][kHeads];
-  __shared__ float s_rnorm[kWarps][kT][2];  // per warp: 1 / |q| (times scale), 1 / |k|
 
   const int b = blockIdx.y;
   const int slot = p.slots[b];
@@ -146,7 +145,8 @@ __global__ void __launch_bounds__(32 * kWarps)
       if constexpr (!kOverlap) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
     }
   // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item gate_tid =
-  // (t, head). Gate argument x = gate input + dt_bias; A = A_log.
+  // (t, head). Gate argument x = gate input + dt_bias; A = exp(A_log), computed at once (off the
+  // chain after the inputs).
   constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
   float gate_in[kGateItems], gate_bias[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
   int64_t gate_at[kGateItems];  // element of a, -1 = none
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         } else {  // the bias folded in at once (gate_bias stays 0)
           gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv * kDk + c];
         }
-        gate_A[n] = p.A_log[hv];
+        gate_A[n] = expf(p.A_log[hv]);
       }
     } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
       const int hv = hv0 + gate_tid % kHeads;
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       } else {
         gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv];
       }
-      gate_A[n] = p.A_log[hv];
+      gate_A[n] = expf(p.A_log[hv]);
     }
   }
   auto load_beta = [&] {
@@ -275,13 +275,13 @@ __global__ void __launch_bounds__(32 * kWarps)
     if constexpr (kKda) {
       const int i = tid + n * kThreads;
       if (i < T * kHeads * kDk) {
-        const float a_scale = expf(gate_A[n]), x = gate_in[n] + gate_bias[n];
+        const float a_scale = gate_A[n], x = gate_in[n] + gate_bias[n];
         const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * x) : -a_scale * softplus(x);
         s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
       }
     } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
       s_gdn_decay[gate_tid / kHeads][gate_tid % kHeads] =
-          expf(-expf(gate_A[n]) * softplus(gate_in[n] + gate_bias[n]));
+          expf(-gate_A[n] * softplus(gate_in[n] + gate_bias[n]));
     }
   }
   if (unsigned(beta_tid) < unsigned(T * kHeads))
@@ -290,26 +290,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   __syncthreads();
   HYLA_PROBE(slot, 4);
 
-  // 5a. l2 norms, each warp for itself: 1 / |q| (times scale) and 1 / |k| per token.
-  for (int t = 0; t < T; ++t) {
-    float ss[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const float q = s_qk[t][lane * kPerLane + j], k = s_qk[t][kDk + lane * kPerLane + j];
-      ss[0] = fmaf(q, q, ss[0]);
-      ss[1] = fmaf(k, k, ss[1]);
-    }
-    warp_sum_n(ss);
-    if (lane == 0) {
-      s_rnorm[warp][t][0] = rsqrtf(ss[0] + kL2NormEps) * p.scale;
-      s_rnorm[warp][t][1] = rsqrtf(ss[1] + kL2NormEps);
-    }
-  }
-  __syncwarp();
   HYLA_PROBE(slot, 5);
 
-  // 5b. Row groups. Per token, per row: row *= decay;  v_hat = <row, k>;  delta = beta (v - v_hat);
-  // row += delta k;  o = <row, q>. The group's reductions run side by side.
+  // 5. Row groups. The l2 norms are folded in (as in the warp kernel), so that they cost no step
+  // of their own: with the raw conv outputs q, k, per token and row
+  //   row *= decay;  s = <row, k>;  delta = beta (v - s / |k|) / |k|;  row += delta k;
+  //   o = scale <row, q> / |q|,
+  // |q|^2 and |k|^2 summed in the same warp reduction as the group's <row, k>.
   static_assert(kGroups % kStages == 0);
   for (int g0 = 0; g0 < kGroups; g0 += kStages) {
 #pragma unroll
@@ -319,14 +306,13 @@ __global__ void __launch_bounds__(32 * kWarps)
       const int r_warp = gi * kGroup;  // first row of the group within the warp
       for (int t = 0; t < T; ++t) {
         float kk[kPerLane], qq[kPerLane], dd[kPerLane];
-        const float rq = s_rnorm[warp][t][0], rk = s_rnorm[warp][t][1];
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) {
-          qq[j] = s_qk[t][lane * kPerLane + j] * rq;
-          kk[j] = s_qk[t][kDk + lane * kPerLane + j] * rk;
+          qq[j] = s_qk[t][lane * kPerLane + j];
+          kk[j] = s_qk[t][kDk + lane * kPerLane + j];
           dd[j] = kKda ? s_decay[t][warp_head][lane * kPerLane + j] : s_gdn_decay[t][warp_head];
         }
-        float dot[kGroup];
+        float dot[kGroup + 2];  // the group's <row, k>, then |q|^2, |k|^2
 #pragma unroll
         for (int u = 0; u < kGroup; ++u) {
           dot[u] = 0.0f;
@@ -336,27 +322,36 @@ __global__ void __launch_bounds__(32 * kWarps)
             dot[u] = fmaf(row[u][j], kk[j], dot[u]);
           }
         }
-        warp_sum_n(dot);
-        const float beta = s_beta[t][warp_head];
+        dot[kGroup] = dot[kGroup + 1] = 0.0f;
 #pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
-          const float delta = beta * (s_v[t][warp * kRowsPerWarp + r_warp + u] - dot[u]);
-          dot[u] = 0.0f;
-#pragma unroll
-          for (int j = 0; j < kPerLane; ++j) {
-            row[u][j] = fmaf(delta, kk[j], row[u][j]);
-            dot[u] = fmaf(row[u][j], qq[j], dot[u]);
-          }
+        for (int j = 0; j < kPerLane; ++j) {
+          dot[kGroup] = fmaf(qq[j], qq[j], dot[kGroup]);
+          dot[kGroup + 1] = fmaf(kk[j], kk[j], dot[kGroup + 1]);
         }
         warp_sum_n(dot);
+        const float rq = rsqrtf(dot[kGroup] + kL2NormEps) * p.scale;
+        const float rk = rsqrtf(dot[kGroup + 1] + kL2NormEps);
+        const float beta = s_beta[t][warp_head];
+        float out[kGroup];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const float step = beta * (s_v[t][warp * kRowsPerWarp + r_warp + u] - dot[u] * rk) * rk;
+          out[u] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kPerLane; ++j) {
+            row[u][j] = fmaf(step, kk[j], row[u][j]);
+            out[u] = fmaf(row[u][j], qq[j], out[u]);
+          }
+        }
+        warp_sum_n(out);
         // Lane u writes row u's output: the group's outputs are contiguous.
-        float mine = dot[0];
+        float mine = out[0];
 #pragma unroll
         for (int u = 1; u < kGroup; ++u)
-          if (lane == u) mine = dot[u];
+          if (lane == u) mine = out[u];
         const int64_t bt = int64_t(b) * T + t;
         if (lane < kGroup)
-          store_any(p.o, p.o_bf16, bt * p.HV * kDk + warp_rows + r_warp + lane, mine);
+          store_any(p.o, p.o_bf16, bt * p.HV * kDk + warp_rows + r_warp + lane, mine * rq);
         if (!p.commit) {
           Ts* step = static_cast<Ts*>(p.step_states) +
                      (bt * p.HV * kDk + warp_rows + r_warp) * kDk + lane * kPerLane;
