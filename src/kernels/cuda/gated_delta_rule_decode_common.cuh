@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/scalar_math.h"
 
@@ -266,6 +267,11 @@ constexpr int kBulkRows = 32, kBulkStages = 3, kBulkWarps = 8, kBulkMaxGroup = 4
 /// Bulk-copy decode (T = 1).
 template <typename Ts, bool kKda, int kDk>
 Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream);
+
+/// Any tiling on a bf16 state pool (gated_delta_rule_decode_bf16.cu; the f32 pools are served
+/// by the entry's own translation unit).
+Status launch_bf16_pool(const StepArgs& args, bool kda, int d_k, int B, DecodeTiling tiling,
+                        cudaStream_t stream);
 
 /// Warp-autonomous decode (T = 1, K = 4; gated_delta_rule_decode_warp.cu), the warp tilings'
 /// rows_per_block / warps.

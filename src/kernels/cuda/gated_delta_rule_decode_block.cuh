@@ -1,0 +1,451 @@
+// The block kernel of the CUDA decode step (decode_step_kernel, any T) and its launchers, for
+// gated_delta_rule_decode.cu (f32 state pools, the entry) and gated_delta_rule_decode_bf16.cu
+// (bf16 state pools): two translation units that compile in parallel. Everything here has
+// internal linkage; each unit instantiates its own dtype. The algorithm is described at the top
+// of gated_delta_rule_decode.cu. The -DHYLA_DECODE_PROBE timeline (g_probe) is read back by
+// decode_probe_dump in gated_delta_rule_decode.cu, so it covers f32 state pools (the benchmark's).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "core/cuda_check.h"
+#include "kernels/cuda/gated_delta_rule_decode_common.cuh"
+#include "kernels/cuda/gated_delta_rule_decode_tiling.h"
+#include "kernels/gated_delta_rule_decode.h"
+
+namespace hyla::kernels::cuda {
+
+namespace {
+
+using namespace decode_detail;
+
+#ifdef HYLA_DECODE_PROBE
+// Timeline probe (a diagnostic build only: -DHYLA_DECODE_PROBE): thread 0 of each block of
+// sequence 0 records %globaltimer (ns) at kProbePoints points, per slot (ring step) modulo 64.
+constexpr int kProbeSteps = 64, kProbeBlocks = 256, kProbePoints = 8;
+__device__ unsigned long long g_probe[kProbeSteps][kProbeBlocks][kProbePoints];
+__device__ __forceinline__ void probe(int slot, int point) {
+  if (threadIdx.x != 0 || blockIdx.y != 0 || blockIdx.x >= kProbeBlocks || slot < 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  g_probe[slot % kProbeSteps][blockIdx.x][point] = t;
+}
+#define HYLA_PROBE(slot, point) probe(slot, point)
+#else
+#define HYLA_PROBE(slot, point) ((void)0)
+#endif
+
+/// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
+/// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
+/// of p.cluster blocks, row0 = r kR. kT: the most tokens per sequence this instantiation handles
+/// (1 for decode, kMaxT for verify), so the decode path does no work for absent draft tokens.
+/// kOverlap: launched as a programmatic dependent (overlap_previous), inputs read after
+/// griddepcontrol.wait; a template parameter so that the plain instantiations keep the registers
+/// of a kernel without the second path (a runtime flag cost up to 18 registers: 2-5% at large B).
+/// d_v == kDk.
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
+__global__ void __launch_bounds__(32 * kWarps)
+    decode_step_kernel(const __grid_constant__ StepArgs p) {
+  constexpr int kThreads = 32 * kWarps;
+  constexpr int kPerLane = kDk / 32;
+  constexpr int kRowsPerWarp = kR / kWarps;
+  constexpr int kGroup = kRowsPerWarp < 4 ? kRowsPerWarp : 4;  // rows reduced side by side
+  constexpr int kGroups = kRowsPerWarp / kGroup;
+  constexpr int kStages = kGroups < 2 ? kGroups : 2;  // row groups held in registers
+  constexpr int kHeads = kR > kDk ? kR / kDk : 1;     // value heads a block touches
+  constexpr int kQkPerThread = (2 * kDk + kThreads - 1) / kThreads;
+  constexpr int kVPerThread = (kR + kThreads - 1) / kThreads;
+  static_assert(kDk % 32 == 0 && kR % kWarps == 0 && kRowsPerWarp % kGroup == 0);
+  static_assert(kR <= kDk || kR % kDk == 0);
+  __shared__ __align__(16) float s_qk[kT][2 * kDk];  // raw q | k after the conv
+  __shared__ __align__(16) float s_decay[kKda ? kT : 1][kKda ? kHeads : 1][kDk];  // KDA exp(g)
+  __shared__ float s_v[kT][kR];
+  __shared__ float s_gdn_decay[kT][kHeads];  // GDN exp(g)
+  __shared__ float s_beta[kT][kHeads];
+
+  const int b = blockIdx.y;
+  const int slot = p.slots[b];
+  const int kh = blockIdx.x / p.cluster;
+  const int rank = blockIdx.x % p.cluster;  // == the block's rank in its (p.cluster, 1, 1) cluster
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int T = kT == 1 ? 1 : p.T;
+  const int row0 = rank * kR;                                      // first row in the key head
+  const int hv0 = kh * p.group + row0 / kDk;                       // first value head of the block
+  const int warp_head = (row0 % kDk + warp * kRowsPerWarp) / kDk;  // local head of this warp
+  // Row offset of this warp's first row in a [.., HV, d_v, ..] array, from the (b or slot) base.
+  const int64_t warp_rows = int64_t(kh) * p.group * kDk + row0 + warp * kRowsPerWarp;
+  auto qk_channel = [&](int c) {
+    return (c < kDk ? 0 : int64_t(p.H) * kDk) + int64_t(kh) * kDk + c % kDk;
+  };
+  // Items only some threads have are spread over the warps, so that warp 0 does not carry them
+  // all to the block barrier: v channels on the last threads, the GDN gates on warp 1, beta on
+  // warp 2 (item = v_tid + i kThreads, gate_tid, beta_tid; out of range = none).
+  const int v_tid = kR < kThreads ? tid - (kThreads - kR) : tid;
+  const int gate_tid = tid - (kWarps > 1 ? 32 : 0), beta_tid = tid - (kWarps > 2 ? 64 : 0);
+  auto v_item = [&](int i) { return v_tid + i * kThreads; };
+  auto v_ok = [&](int i) { return unsigned(v_item(i)) < unsigned(kR); };
+  auto v_channel = [&](int r) {
+    return 2 * int64_t(p.H) * kDk + int64_t(kh) * p.group * kDk + row0 + r;
+  };
+
+  trigger_dependents(p, 0);  // no-op without a dependent
+#ifdef HYLA_DECODE_PROBE
+  {
+    unsigned long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)::"memory");
+    if (tid == 0 && b == 0 && blockIdx.x < kProbeBlocks && slot >= 0)
+      g_probe[slot % kProbeSteps][blockIdx.x][0] = t0;  // (stored once the slot id is back)
+  }
+  HYLA_PROBE(slot, 1);
+#endif
+
+  // 0. Constants (conv weights, dt_bias, A_log), then the inputs, indexed by the sequence, not by
+  // its slot, issued while the slot id is on its way, unless the step overlaps the kernel before
+  // it (kOverlap): then the inputs come after griddepcontrol.wait below.
+  ConvIn<kT> qk_in[kQkPerThread], v_in[kVPerThread];
+#pragma unroll
+  for (int i = 0; i < kQkPerThread; ++i)
+    if (tid + i * kThreads < 2 * kDk) {
+      load_conv_weights(p, qk_channel(tid + i * kThreads), qk_in[i]);
+      if constexpr (!kOverlap) load_conv_inputs(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
+    }
+#pragma unroll
+  for (int i = 0; i < kVPerThread; ++i)
+    if (v_ok(i)) {
+      load_conv_weights(p, v_channel(v_item(i)), v_in[i]);
+      if constexpr (!kOverlap) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
+    }
+  // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item gate_tid =
+  // (t, head). Gate argument x = gate input + dt_bias; A = exp(A_log), computed at once (off the
+  // chain after the inputs).
+  constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
+  float gate_in[kGateItems], gate_bias[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
+  int64_t gate_at[kGateItems];  // element of a, -1 = none
+#pragma unroll
+  for (int n = 0; n < kGateItems; ++n) {
+    gate_in[n] = gate_bias[n] = gate_A[n] = 0.0f;
+    gate_at[n] = -1;
+    if constexpr (kKda) {
+      const int i = tid + n * kThreads;
+      if (i < T * kHeads * kDk) {
+        const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
+        const int hv = hv0 + h;
+        gate_at[n] = ((int64_t(b) * T + t) * p.HV + hv) * kDk + c;
+        if constexpr (kOverlap) {
+          gate_bias[n] = p.dt_bias[hv * kDk + c];
+        } else {  // the bias folded in at once (gate_bias stays 0)
+          gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv * kDk + c];
+        }
+        gate_A[n] = expf(p.A_log[hv]);
+      }
+    } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
+      const int hv = hv0 + gate_tid % kHeads;
+      gate_at[n] = (int64_t(b) * T + gate_tid / kHeads) * p.HV + hv;
+      if constexpr (kOverlap) {
+        gate_bias[n] = p.dt_bias[hv];
+      } else {
+        gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv];
+      }
+      gate_A[n] = expf(p.A_log[hv]);
+    }
+  }
+  auto load_beta = [&] {
+    if (unsigned(beta_tid) < unsigned(T * kHeads))
+      beta_x = load_any(p.b, p.b_bf16,
+                        (int64_t(b) * T + beta_tid / kHeads) * p.HV + hv0 + beta_tid % kHeads);
+  };
+  if constexpr (!kOverlap) load_beta();
+  auto load_inputs = [&] {  // overlapped: after griddepcontrol.wait
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i)
+      if (tid + i * kThreads < 2 * kDk)
+        load_conv_inputs(p, b, T, qk_channel(tid + i * kThreads), qk_in[i]);
+#pragma unroll
+    for (int i = 0; i < kVPerThread; ++i)
+      if (v_ok(i)) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
+#pragma unroll
+    for (int n = 0; n < kGateItems; ++n)
+      if (gate_at[n] >= 0) gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]);
+    load_beta();
+  };
+  if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
+
+  // 1. The first kStages row groups' loads (overlapped: also the conv windows, then the wait).
+  Ts* const rows_ptr =
+      static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + warp_rows) * kDk + lane * kPerLane;
+  float buf[kStages][kGroup][kPerLane];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s)
+#pragma unroll
+    for (int u = 0; u < kGroup; ++u)
+      RowFragment<Ts, kPerLane>::load(rows_ptr + (s * kGroup + u) * kDk, buf[s][u]);
+  if constexpr (kOverlap) {  // the windows too, then wait (plain: each window just before use)
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i)
+      if (tid + i * kThreads < 2 * kDk)
+        load_conv_window(p, slot, qk_channel(tid + i * kThreads), qk_in[i]);
+#pragma unroll
+    for (int i = 0; i < kVPerThread; ++i)
+      if (v_ok(i)) load_conv_window(p, slot, v_channel(v_item(i)), v_in[i]);
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
+    trigger_dependents(p, 1);
+    HYLA_PROBE(slot, 2);
+    load_inputs();
+  }
+
+  // 2. The key head's 2 d_k q/k channels (every block of the cluster computes all of them; their
+  // windows are advanced by rank 0 once every block has read them, or at once without a cluster)
+  // and this block's v channels (its alone: advanced at once). Every window is loaded before the
+  // first window store.
+  float qk_next[kQkPerThread][kMaxK - 1], v_next[kVPerThread][kMaxK - 1];
+#pragma unroll
+  for (int i = 0; i < kQkPerThread; ++i) {
+    const int c = tid + i * kThreads;
+    if (c < 2 * kDk) {
+      float y[kT];
+      if constexpr (!kOverlap) load_conv_window(p, slot, qk_channel(c), qk_in[i]);
+      conv_apply(p, T, qk_in[i], y, qk_next[i]);
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        if (t < T) s_qk[t][c] = y[t];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kVPerThread; ++i) {
+    const int r = v_item(i);
+    if (v_ok(i)) {
+      float y[kT];
+      if constexpr (!kOverlap) load_conv_window(p, slot, v_channel(r), v_in[i]);
+      conv_apply(p, T, v_in[i], y, v_next[i]);
+#pragma unroll
+      for (int t = 0; t < kT; ++t)
+        if (t < T) s_v[t][r] = y[t];
+    }
+  }
+  if (p.commit) {
+#pragma unroll
+    for (int i = 0; i < kVPerThread; ++i)
+      if (v_ok(i)) store_window(p, slot, v_channel(v_item(i)), v_next[i]);
+    if (p.cluster == 1) {
+#pragma unroll
+      for (int i = 0; i < kQkPerThread; ++i)
+        if (tid + i * kThreads < 2 * kDk)
+          store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
+    }
+  }
+  // Every q/k window this block reads has been read: rank 0 may overwrite them after the wait.
+  // Relaxed (no release fence: with it, ptxas emits MEMBAR.ALL.GPU, which waits for the state
+  // loads in flight): the reads are complete already, since every window value has gone into a
+  // conv output stored to shared memory above, which no instruction can do before its load returns.
+  if (p.cluster > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+
+    // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
+    // beta = sigmoid(b).
+#pragma unroll
+  for (int n = 0; n < kGateItems; ++n) {
+    if constexpr (kKda) {
+      const int i = tid + n * kThreads;
+      if (i < T * kHeads * kDk) {
+        const float a_scale = gate_A[n], x = gate_in[n] + gate_bias[n];
+        const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * x) : -a_scale * softplus(x);
+        s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
+      }
+    } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
+      s_gdn_decay[gate_tid / kHeads][gate_tid % kHeads] =
+          expf(-gate_A[n] * softplus(gate_in[n] + gate_bias[n]));
+    }
+  }
+  if (unsigned(beta_tid) < unsigned(T * kHeads))
+    s_beta[beta_tid / kHeads][beta_tid % kHeads] = sigmoid(beta_x);
+  HYLA_PROBE(slot, 3);
+  __syncthreads();
+  HYLA_PROBE(slot, 4);
+
+  HYLA_PROBE(slot, 5);
+
+  // 5. Row groups. The l2 norms are folded in (as in the warp kernel), so that they cost no step
+  // of their own: with the raw conv outputs q, k, per token and row
+  //   row *= decay;  s = <row, k>;  delta = beta (v - s / |k|) / |k|;  row += delta k;
+  //   o = scale <row, q> / |q|,
+  // |q|^2 and |k|^2 summed in the same warp reduction as the group's <row, k>.
+  static_assert(kGroups % kStages == 0);
+  for (int g0 = 0; g0 < kGroups; g0 += kStages) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const int gi = g0 + s;
+      float(&row)[kGroup][kPerLane] = buf[s];
+      const int r_warp = gi * kGroup;  // first row of the group within the warp
+      for (int t = 0; t < T; ++t) {
+        float kk[kPerLane], qq[kPerLane], dd[kPerLane];
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          qq[j] = s_qk[t][lane * kPerLane + j];
+          kk[j] = s_qk[t][kDk + lane * kPerLane + j];
+          dd[j] = kKda ? s_decay[t][warp_head][lane * kPerLane + j] : s_gdn_decay[t][warp_head];
+        }
+        float dot[kGroup + 2];  // the group's <row, k>, then |q|^2, |k|^2
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          dot[u] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kPerLane; ++j) {
+            row[u][j] *= dd[j];
+            dot[u] = fmaf(row[u][j], kk[j], dot[u]);
+          }
+        }
+        dot[kGroup] = dot[kGroup + 1] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) {
+          dot[kGroup] = fmaf(qq[j], qq[j], dot[kGroup]);
+          dot[kGroup + 1] = fmaf(kk[j], kk[j], dot[kGroup + 1]);
+        }
+        warp_sum_n(dot);
+        const float rq = rsqrtf(dot[kGroup] + kL2NormEps) * p.scale;
+        const float rk = rsqrtf(dot[kGroup + 1] + kL2NormEps);
+        const float beta = s_beta[t][warp_head];
+        float out[kGroup];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const float step = beta * (s_v[t][warp * kRowsPerWarp + r_warp + u] - dot[u] * rk) * rk;
+          out[u] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kPerLane; ++j) {
+            row[u][j] = fmaf(step, kk[j], row[u][j]);
+            out[u] = fmaf(row[u][j], qq[j], out[u]);
+          }
+        }
+        warp_sum_n(out);
+        // Lane u writes row u's output: the group's outputs are contiguous.
+        float mine = out[0];
+#pragma unroll
+        for (int u = 1; u < kGroup; ++u)
+          if (lane == u) mine = out[u];
+        const int64_t bt = int64_t(b) * T + t;
+        if (lane < kGroup)
+          store_any(p.o, p.o_bf16, bt * p.HV * kDk + warp_rows + r_warp + lane, mine * rq);
+        if (!p.commit) {
+          Ts* step = static_cast<Ts*>(p.step_states) +
+                     (bt * p.HV * kDk + warp_rows + r_warp) * kDk + lane * kPerLane;
+#pragma unroll
+          for (int u = 0; u < kGroup; ++u) RowFragment<Ts, kPerLane>::store(step + u * kDk, row[u]);
+        }
+      }
+      if (p.commit) {
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u)
+          RowFragment<Ts, kPerLane>::store(rows_ptr + (r_warp + u) * kDk, row[u]);
+      }
+      if (gi + kStages < kGroups) {
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u)
+          RowFragment<Ts, kPerLane>::load(rows_ptr + ((gi + kStages) * kGroup + u) * kDk, row[u]);
+      }
+    }
+  }
+
+  HYLA_PROBE(slot, 6);
+  // 6. Cluster: once every block has read the q/k windows, rank 0 advances them.
+  if (p.cluster > 1) {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (p.commit && rank == 0) {
+#pragma unroll
+      for (int i = 0; i < kQkPerThread; ++i)
+        if (tid + i * kThreads < 2 * kDk)
+          store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
+    }
+  }
+  HYLA_PROBE(slot, 7);
+}
+
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
+Status launch_block_kernel(const StepArgs& args, int B, cudaStream_t stream) {
+  auto* kernel = decode_step_kernel<Ts, kKda, kDk, kR, kWarps, kT, kOverlap>;
+  if (args.cluster > 8) {  // beyond the portable cluster size: opt in once per instantiation
+    static std::once_flag once;
+    static cudaError_t set = cudaSuccess;
+    std::call_once(once, [&] {
+      set = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    });
+    HYLA_CUDA_CHECK(set);
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
+  config.blockDim = dim3(unsigned(32 * kWarps));
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (args.cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = unsigned(args.cluster);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (kOverlap) {  // a programmatic dependent of the kernel before it on the stream
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  config.attrs = attrs;
+  config.numAttrs = n;
+  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
+  return ok_status();
+}
+
+/// Overlapped instantiations exist for decode (T = 1) tilings of up to 64 rows, the ones the
+/// entry picks with overlap_previous; the others run in stream order with the flag set.
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
+Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
+  if constexpr (kT == 1 && kR <= kOverlapMaxRows)  // decode_tiling_overlaps
+    if (args.overlap)
+      return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, true>(args, B, stream);
+  return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, false>(args, B, stream);
+}
+
+template <typename Ts, bool kKda, int kDk, int kT>
+Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
+  if (t.kernel == DecodeKernel::kBulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
+  if (t.kernel == DecodeKernel::kWarp)
+    return launch_warp<Ts, kKda>(args, kDk, B, t.rows_per_block, t.warps, stream);
+  const int key = t.rows_per_block * 100 + t.warps;
+  switch (key) {
+    case 804: return launch_tiled<Ts, kKda, kDk, 8, 4, kT>(args, B, stream);
+    case 808: return launch_tiled<Ts, kKda, kDk, 8, 8, kT>(args, B, stream);
+    case 1604: return launch_tiled<Ts, kKda, kDk, 16, 4, kT>(args, B, stream);
+    case 1608: return launch_tiled<Ts, kKda, kDk, 16, 8, kT>(args, B, stream);
+    case 1616: return launch_tiled<Ts, kKda, kDk, 16, 16, kT>(args, B, stream);
+    case 3204: return launch_tiled<Ts, kKda, kDk, 32, 4, kT>(args, B, stream);
+    case 3208: return launch_tiled<Ts, kKda, kDk, 32, 8, kT>(args, B, stream);
+    case 6404: return launch_tiled<Ts, kKda, kDk, 64, 4, kT>(args, B, stream);
+    case 12804: return launch_tiled<Ts, kKda, kDk, 128, 4, kT>(args, B, stream);
+    case 25604: return launch_tiled<Ts, kKda, kDk, 256, 4, kT>(args, B, stream);
+    case 25608: return launch_tiled<Ts, kKda, kDk, 256, 8, kT>(args, B, stream);
+    default:
+      return unsupported("gated_delta_rule_decode (CUDA): no tiling of ", t.rows_per_block,
+                         " rows per block with ", t.warps, " warps");
+  }
+}
+
+template <typename Ts, bool kKda, int kDk>
+Status launch_tokens(const StepArgs& args, int B, DecodeTiling rows, cudaStream_t stream) {
+  return args.T == 1 ? launch_rows<Ts, kKda, kDk, 1>(args, B, rows, stream)
+                     : launch_rows<Ts, kKda, kDk, kMaxT>(args, B, rows, stream);
+}
+
+template <typename Ts, bool kKda>
+Status launch_head_dim(const StepArgs& args, int d_k, int B, DecodeTiling rows,
+                       cudaStream_t stream) {
+  switch (d_k) {
+    case 64: return launch_tokens<Ts, kKda, 64>(args, B, rows, stream);
+    case 128: return launch_tokens<Ts, kKda, 128>(args, B, rows, stream);
+    default:
+      return unsupported("gated_delta_rule_decode (CUDA): d_k = ", d_k, ", supported: 64, 128");
+  }
+}
+
+}  // namespace
+
+}  // namespace hyla::kernels::cuda

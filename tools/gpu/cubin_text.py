@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Compares the machine code of the kernels in two sets of cubins, byte for byte.
+
+For refactors of CUDA code made without a GPU: if every kernel's code section is identical, the
+change cannot have changed what runs (relocations aside). Kernel names are compared without the
+anonymous-namespace token, which differs between translation units.
+
+  nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I src -cubin X.cu -o old.cubin
+  (change, rebuild the new cubins the same way)
+  python3 tools/gpu/cubin_text.py old.cubin[,old2.cubin] new.cubin[,new2.cubin]
+"""
+import re
+import struct
+import sys
+
+
+def kernel_code(path):
+    """{kernel name without the anonymous namespace: bytes of its .text section}"""
+    data = open(path, 'rb').read()
+    if data[:4] != b'\x7fELF' or data[4] != 2:
+        sys.exit(f'{path}: not a 64-bit ELF cubin')
+    shoff, = struct.unpack_from('<Q', data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from('<HHH', data, 0x3A)
+    headers = [struct.unpack_from('<IIQQQQIIQQ', data, shoff + i * shentsize) for i in range(shnum)]
+    strings = headers[shstrndx][4]
+    code = {}
+    for name_off, _, _, _, offset, size, *_ in headers:
+        end = data.index(b'\0', strings + name_off)
+        name = data[strings + name_off:end].decode()
+        if name.startswith('.text.'):
+            key = re.sub(r'\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+', 'ANON', name[6:])
+            code[key] = data[offset:offset + size]
+    return code
+
+
+def load(paths):
+    code = {}
+    for path in paths.split(','):
+        code.update(kernel_code(path))
+    return code
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    old, new = load(sys.argv[1]), load(sys.argv[2])
+    differ = [k for k in old if k in new and old[k] != new[k]]
+    missing = [k for k in old if k not in new]
+    extra = [k for k in new if k not in old]
+    same = len(old) - len(differ) - len(missing)
+    print(f'kernels: old {len(old)}, new {len(new)}; identical {same}, different {len(differ)}, '
+          f'only old {len(missing)}, only new {len(extra)}')
+    for label, names in (('different', differ), ('only old', missing), ('only new', extra)):
+        for name in names[:10]:
+            print(f'  {label}: {name}')
+    sys.exit(0 if not differ and not missing and not extra else 1)
+
+
+if __name__ == '__main__':
+    main()
