@@ -28,9 +28,19 @@ def kernel_code(path):
         end = data.index(b'\0', strings + name_off)
         name = data[strings + name_off:end].decode()
         if name.startswith('.text.'):
-            key = re.sub(r'\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]+', 'ANON', name[6:])
-            code[key] = data[offset:offset + size]
+            code[strip_anonymous(name[6:])] = data[offset:offset + size]
     return code
+
+
+def strip_anonymous(mangled):
+    """The name without its anonymous-namespace component (<length>_GLOBAL__N__...)."""
+    while True:
+        m = re.search(r'(\d+)_GLOBAL__N__', mangled)
+        if not m:
+            return mangled
+        length = int(m.group(1))
+        start = m.start(1) + len(m.group(1))
+        mangled = mangled[:m.start(1)] + 'ANON' + mangled[start + length:]
 
 
 def load(paths):
