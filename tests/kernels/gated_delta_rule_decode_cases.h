@@ -128,8 +128,7 @@ struct DecodeTensors {
             .norm_weight = norm_weight,
             .norm_gate = norm_gate,
             .norm_eps = norm_eps,
-            .norm_act = norm_act,
-            .overlap_previous = false};
+            .norm_act = norm_act};
   }
   kernels::GatedDeltaRuleCommitParams commit_params() const {
     return {.tokens_per_seq = T,

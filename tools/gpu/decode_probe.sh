@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine: the decode step's timeline at B = 1. Builds the benchmark with
-# -DHYLA_DECODE_PROBE (thread 0 of every block records %globaltimer at 8 points of
+# -DHYLA_DECODE_PROBE (thread 0 of every block records %globaltimer at the points of
 # decode_step_kernel: start, slot id back, griddepcontrol.wait done, conv + gates done, block
-# barrier, norms, row update, end) and prints, per ring step, ns from the step's first block start
-# to each point (min / median / max over blocks) and the gap to the previous step.
+# barrier, row update, end; point 5, after the l2 norms, went with them into the rows) and prints,
+# per ring step, ns from the step's first block start to each point (min / median / max over
+# blocks) and the gap to the previous step.
 #   bash tools/gpu/decode_probe.sh [bench arguments...]   (default: --batch 1; add --overlap,
 #   --rows R, --only gdn|kda)
 set -uo pipefail

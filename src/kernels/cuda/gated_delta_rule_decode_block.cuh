@@ -262,9 +262,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     s_beta[beta_tid / kHeads][beta_tid % kHeads] = sigmoid(beta_x);
   HYLA_PROBE(slot, 3);
   __syncthreads();
-  HYLA_PROBE(slot, 4);
-
-  HYLA_PROBE(slot, 5);
+  HYLA_PROBE(slot, 4);  // (point 5, after the l2 norms, went with them into the rows)
 
   // 5. Row groups. The l2 norms are folded in (as in the warp kernel), so that they cost no step
   // of their own: with the raw conv outputs q, k, per token and row

@@ -58,8 +58,10 @@ __device__ __forceinline__ void load_vec(const void* p, bool is_bf16, int64_t i,
 }
 template <int kN>
 __device__ __forceinline__ void store_vec(void* p, bool is_bf16, int64_t i, const float* x) {
-  static_assert(kN == 2 || kN == 4);
-  if (is_bf16) {
+  static_assert(kN == 1 || kN == 2 || kN == 4);
+  if constexpr (kN == 1) {
+    store_any(p, is_bf16, i, x[0]);
+  } else if (is_bf16) {
     uint16_t* q = static_cast<uint16_t*>(p) + i;
     const uint32_t lo = uint32_t(float_to_bf16_bits(x[0])) | uint32_t(float_to_bf16_bits(x[1]))
                                                                  << 16;
@@ -128,14 +130,8 @@ __device__ __forceinline__ void store_run_window(const StepArgs& p, int slot, in
     next[3 * j + 2] = r.x[j];
   }
   const int64_t at = (int64_t(slot) * p.conv_dim + ch) * 3;
-  if constexpr (kN == 1) {
 #pragma unroll
-    for (int c = 0; c < 3; ++c) store_any(p.conv_state, p.conv_bf16, at + c, next[c]);
-  } else {
-#pragma unroll
-    for (int c = 0; c < 3; ++c)
-      store_vec<kN>(p.conv_state, p.conv_bf16, at + c * kN, next + c * kN);
-  }
+  for (int c = 0; c < 3; ++c) store_vec<kN>(p.conv_state, p.conv_bf16, at + c * kN, next + c * kN);
 }
 
 /// One block: kWarps warps of kRw rows each, rows [rank kR, (rank + 1) kR) of key head kh
@@ -199,11 +195,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int u = 0; u < kRw; ++u) RowFragment<Ts, kN>::load(rows_ptr + u * kDk, row[u]);
   load_run_window(p, slot, q_ch, q_in);
   load_run_window(p, slot, k_ch, k_in);
-  {
-    const int64_t at = (int64_t(slot) * p.conv_dim + v_ch) * 3;
-#pragma unroll
-    for (int c = 0; c < 3; ++c) v_in.win[c] = load_any(p.conv_state, p.conv_bf16, at + c);
-  }
+  load_run_window(p, slot, v_ch, v_in);
   if constexpr (kOverlap) {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
     trigger_dependents(p, 1);
