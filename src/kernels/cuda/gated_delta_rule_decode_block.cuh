@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/gated_delta_rule_decode_common.cuh"
@@ -264,11 +263,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   __syncthreads();
   HYLA_PROBE(slot, 4);  // (point 5, after the l2 norms, went with them into the rows)
 
-  // 5. Row groups. The l2 norms are folded in (as in the warp kernel), so that they cost no step
-  // of their own: with the raw conv outputs q, k, per token and row
-  //   row *= decay;  s = <row, k>;  delta = beta (v - s / |k|) / |k|;  row += delta k;
-  //   o = scale <row, q> / |q|,
-  // |q|^2 and |k|^2 summed in the same warp reduction as the group's <row, k>.
+  // 5. Row groups, one token at a time (delta_rule_rows: the l2 norms folded into the first warp
+  // reduction), each group stored back (decode) or every token's copy stored (verify).
   static_assert(kGroups % kStages == 0);
   for (int g0 = 0; g0 < kGroups; g0 += kStages) {
 #pragma unroll
@@ -284,46 +280,12 @@ __global__ void __launch_bounds__(32 * kWarps)
           kk[j] = s_qk[t][kDk + lane * kPerLane + j];
           dd[j] = kKda ? s_decay[t][warp_head][lane * kPerLane + j] : s_gdn_decay[t][warp_head];
         }
-        float dot[kGroup + 2];  // the group's <row, k>, then |q|^2, |k|^2
-#pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
-          dot[u] = 0.0f;
-#pragma unroll
-          for (int j = 0; j < kPerLane; ++j) {
-            row[u][j] *= dd[j];
-            dot[u] = fmaf(row[u][j], kk[j], dot[u]);
-          }
-        }
-        dot[kGroup] = dot[kGroup + 1] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) {
-          dot[kGroup] = fmaf(qq[j], qq[j], dot[kGroup]);
-          dot[kGroup + 1] = fmaf(kk[j], kk[j], dot[kGroup + 1]);
-        }
-        warp_sum_n(dot);
-        const float rq = rsqrtf(dot[kGroup] + kL2NormEps) * p.scale;
-        const float rk = rsqrtf(dot[kGroup + 1] + kL2NormEps);
-        const float beta = s_beta[t][warp_head];
-        float out[kGroup];
-#pragma unroll
-        for (int u = 0; u < kGroup; ++u) {
-          const float step = beta * (s_v[t][warp * kRowsPerWarp + r_warp + u] - dot[u] * rk) * rk;
-          out[u] = 0.0f;
-#pragma unroll
-          for (int j = 0; j < kPerLane; ++j) {
-            row[u][j] = fmaf(step, kk[j], row[u][j]);
-            out[u] = fmaf(row[u][j], qq[j], out[u]);
-          }
-        }
-        warp_sum_n(out);
-        // Lane u writes row u's output: the group's outputs are contiguous.
-        float mine = out[0];
-#pragma unroll
-        for (int u = 1; u < kGroup; ++u)
-          if (lane == u) mine = out[u];
+        const float mine =
+            delta_rule_rows(row, qq, kk, dd, s_beta[t][warp_head], p.scale,
+                            [&](int u) { return s_v[t][warp * kRowsPerWarp + r_warp + u]; });
         const int64_t bt = int64_t(b) * T + t;
         if (lane < kGroup)
-          store_any(p.o, p.o_bf16, bt * p.HV * kDk + warp_rows + r_warp + lane, mine * rq);
+          store_any(p.o, p.o_bf16, bt * p.HV * kDk + warp_rows + r_warp + lane, mine);
         if (!p.commit) {
           Ts* step = static_cast<Ts*>(p.step_states) +
                      (bt * p.HV * kDk + warp_rows + r_warp) * kDk + lane * kPerLane;
@@ -360,37 +322,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
 Status launch_block_kernel(const StepArgs& args, int B, cudaStream_t stream) {
-  auto* kernel = decode_step_kernel<Ts, kKda, kDk, kR, kWarps, kT, kOverlap>;
-  if (args.cluster > 8) {  // beyond the portable cluster size: opt in once per instantiation
-    static std::once_flag once;
-    static cudaError_t set = cudaSuccess;
-    std::call_once(once, [&] {
-      set = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    });
-    HYLA_CUDA_CHECK(set);
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
-  config.blockDim = dim3(unsigned(32 * kWarps));
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (args.cluster > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = unsigned(args.cluster);
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (kOverlap) {  // a programmatic dependent of the kernel before it on the stream
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  config.attrs = attrs;
-  config.numAttrs = n;
-  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
-  return ok_status();
+  return launch_decode_grid<decode_step_kernel<Ts, kKda, kDk, kR, kWarps, kT, kOverlap>>(
+      args, B, kWarps, kOverlap, stream);
 }
 
 /// Overlapped instantiations exist for decode (T = 1) tilings of up to 64 rows, the ones the

@@ -237,6 +237,57 @@ __device__ __forceinline__ void warp_sum_n(float (&x)[kN]) {
   }
 }
 
+/// One token of the delta rule on kRows state rows that a warp holds as 32 lanes x kN columns,
+/// from the lane's columns of the raw (not l2-normalised) conv outputs q, k, with the norms folded
+/// in: per row u
+///   row *= decay;  s = <row, k>;  row += (beta (v_u - s / |k|) / |k|) k;  o_u = scale <row, q> /
+///   |q|
+/// (the same as normalising k first: <row, k^> = <row, k> / |k|, row += beta (v - <row, k^>) k^),
+/// |q|^2 and |k|^2 summed in the same warp reduction as the rows' <row, k>, so that they cost no
+/// step of their own. v_of(u) gives v_u (called by every lane: it may shuffle). Returns o_u to lane
+/// u < kRows (o_0 to the others).
+template <int kRows, int kN, typename VOf>
+__device__ __forceinline__ float delta_rule_rows(float (&row)[kRows][kN], const float (&q)[kN],
+                                                 const float (&k)[kN], const float (&decay)[kN],
+                                                 float beta, float scale, VOf v_of) {
+  float s[kRows + 2];  // the rows' <row, k>, then |q|^2, |k|^2
+#pragma unroll
+  for (int u = 0; u < kRows; ++u) {
+    s[u] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      row[u][j] *= decay[j];
+      s[u] = fmaf(row[u][j], k[j], s[u]);
+    }
+  }
+  s[kRows] = s[kRows + 1] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    s[kRows] = fmaf(q[j], q[j], s[kRows]);
+    s[kRows + 1] = fmaf(k[j], k[j], s[kRows + 1]);
+  }
+  warp_sum_n(s);
+  const float rq = rsqrtf(s[kRows] + kL2NormEps) * scale, rk = rsqrtf(s[kRows + 1] + kL2NormEps);
+  float o[kRows];
+#pragma unroll
+  for (int u = 0; u < kRows; ++u) {
+    const float step = beta * (v_of(u) - s[u] * rk) * rk;
+    o[u] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      row[u][j] = fmaf(step, k[j], row[u][j]);
+      o[u] = fmaf(row[u][j], q[j], o[u]);
+    }
+  }
+  warp_sum_n(o);
+  const int lane = threadIdx.x & 31;
+  float mine = o[0];
+#pragma unroll
+  for (int u = 1; u < kRows; ++u)
+    if (lane == u) mine = o[u];
+  return mine * rq;
+}
+
 /// Advances channel ch's window of the sequence in row block b (slot `slot`) by its first n of T
 /// new inputs: the new K-1 entries are the last K-1 of [old window | new]. Reads everything before
 /// writing, so it is in place.
@@ -258,6 +309,42 @@ __device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, v
     if (j >= K - 1) break;
     store_any(conv_state, conv_bf16, base + j, next[j]);
   }
+}
+
+/// Launches kKernel (a decode kernel taking StepArgs) over (H x args.cluster, B) blocks of
+/// 32 warps threads: in clusters of args.cluster blocks along x (beyond 8, the non-portable size,
+/// opted into once per kernel) and, with `overlap`, as a programmatic dependent of the kernel
+/// before it on the stream.
+template <auto kKernel>
+Status launch_decode_grid(const StepArgs& args, int B, int warps, bool overlap,
+                          cudaStream_t stream) {
+  if (args.cluster > 8) {
+    static const cudaError_t opt_in =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    HYLA_CUDA_CHECK(opt_in);
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
+  config.blockDim = dim3(unsigned(32 * warps));
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (args.cluster > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = unsigned(args.cluster);
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (overlap) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  config.attrs = attrs;
+  config.numAttrs = n;
+  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, args));
+  return ok_status();
 }
 
 /// decode_bulk_kernel (gated_delta_rule_decode_bulk.cu): rows per shared-memory chunk, chunks in

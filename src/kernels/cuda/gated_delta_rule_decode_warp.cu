@@ -17,7 +17,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/gated_delta_rule_decode_common.cuh"
@@ -226,44 +225,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   const float beta = sigmoid(b_in);
 
-  // Per row u: row *= decay; s_u = <row, k> (raw k); with |q|^2, |k|^2 in one warp reduction.
-  float s[kRw + 2];
+  float dd[kN];
 #pragma unroll
-  for (int u = 0; u < kRw; ++u) {
-    s[u] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      row[u][j] *= decay[kKda ? j : 0];
-      s[u] = fmaf(row[u][j], k[j], s[u]);
-    }
-  }
-  s[kRw] = s[kRw + 1] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    s[kRw] = fmaf(q[j], q[j], s[kRw]);
-    s[kRw + 1] = fmaf(k[j], k[j], s[kRw + 1]);
-  }
-  warp_sum_n(s);
-  const float rq = rsqrtf(s[kRw] + kL2NormEps) * p.scale, rk = rsqrtf(s[kRw + 1] + kL2NormEps);
-  // row += delta k^ with delta = beta (v - <row, k> / |k|): in raw k, (delta / |k|) k.
-  float o[kRw];
-#pragma unroll
-  for (int u = 0; u < kRw; ++u) {
-    const float v_u = __shfl_sync(0xffffffffu, v[0], u);
-    const float step = beta * (v_u - s[u] * rk) * rk;
-    o[u] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      row[u][j] = fmaf(step, k[j], row[u][j]);
-      o[u] = fmaf(row[u][j], q[j], o[u]);
-    }
-  }
-  warp_sum_n(o);
-  float mine = o[0];
-#pragma unroll
-  for (int u = 1; u < kRw; ++u)
-    if (lane == u) mine = o[u];
-  if (v_lane) store_any(p.o, p.o_bf16, int64_t(b) * p.HV * kDk + rows + lane, mine * rq);
+  for (int j = 0; j < kN; ++j) dd[j] = decay[kKda ? j : 0];
+  const float mine = delta_rule_rows(row, q, k, dd, beta, p.scale, [&](int u) {
+    return __shfl_sync(0xffffffffu, v[0], u);  // row u's v, from lane u
+  });
+  if (v_lane) store_any(p.o, p.o_bf16, int64_t(b) * p.HV * kDk + rows + lane, mine);
 
   if (!p.commit) {  // verify of one token: the state goes to step_states, the pools stay
     Ts* const step =
@@ -292,37 +260,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <typename Ts, bool kKda, int kDk, int kRw, int kWarps, bool kOverlap>
 Status launch_warp_kernel(const StepArgs& args, int B, cudaStream_t stream) {
-  auto* kernel = decode_warp_kernel<Ts, kKda, kDk, kRw, kWarps, kOverlap>;
-  if (args.cluster > 8) {  // beyond the portable cluster size: opt in once per instantiation
-    static std::once_flag once;
-    static cudaError_t set = cudaSuccess;
-    std::call_once(once, [&] {
-      set = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    });
-    HYLA_CUDA_CHECK(set);
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
-  config.blockDim = dim3(unsigned(32 * kWarps));
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (args.cluster > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = unsigned(args.cluster);
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (kOverlap) {  // a programmatic dependent of the kernel before it on the stream
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  config.attrs = attrs;
-  config.numAttrs = n;
-  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
-  return ok_status();
+  return launch_decode_grid<decode_warp_kernel<Ts, kKda, kDk, kRw, kWarps, kOverlap>>(
+      args, B, kWarps, kOverlap, stream);
 }
 
 template <typename Ts, bool kKda, int kDk, int kRw, int kWarps>
