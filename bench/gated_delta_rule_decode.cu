@@ -318,8 +318,8 @@ int main(int argc, char** argv) {
   // --sweep: every tiling; --floor: also plain copies of the same state bytes (this harness's
   // floors: in place, in place with streaming hints, out of place, clustered, overlapped; a launch
   // alone, plain and overlapped); --overlap: steps launched with
-  // overlap_previous (rows marked +ovl); --only gdn|kda, --batch B, --rows R: one slice (for a
-  // profiler).
+  // overlap_previous (rows marked +ovl); --only gdn|kda, --batch B (any B; default the five
+  // of ANCHORS.md), --rows R: one slice (for a profiler).
   bool sweep = false, floor = false, overlap = false;
   const char* json_path = nullptr;
   std::string only;
@@ -353,8 +353,9 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"GDN H16/HV32", false, 16, 32}, {"KDA H32 safe gate", true, 32, 32}};
   for (const Case& c : cases) {
     if (!only.empty() && (only == "kda") != c.kda) continue;
-    for (int B : {1, 8, 64, 256, 1024}) {
-      if (only_batch != 0 && B != only_batch) continue;
+    const std::vector<int> batches =
+        only_batch > 0 ? std::vector<int>{only_batch} : std::vector<int>{1, 8, 64, 256, 1024};
+    for (int B : batches) {
       std::vector<kernels::cuda::DecodeTiling> tilings;
       const int64_t group = c.HV / c.H;
       for (const auto t : kernels::cuda::decode_tilings()) {
