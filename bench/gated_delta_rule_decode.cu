@@ -64,8 +64,8 @@ double rel_l2(const Tensor& got, const Tensor& want) {
 }
 
 /// The floors of this harness: the same state bytes read and written by a plain copy (16 rows of
-/// d = 128 fp32 per block, 4 x 16 bytes per thread, slot read first), no math. kMode 0: in place
-/// (what the decode step does); 1: in place with streaming cache hints (ld/st .cs); 2: out of
+/// d = 128 fp32 per block, kVec (4) x 16 bytes per thread, slot read first), no math. kMode 0: in
+/// place (what the decode step does); 1: in place with streaming cache hints (ld/st .cs); 2: out of
 /// place, into the slot `shift` further on (what fla's public decode does: a fresh state; at small
 /// B the next step then finds its state in L2, so that row is no floor there). Mode 0 is also
 /// timed launched in clusters of 16 blocks, as the small-batch decode tilings are. kMode 3: in
@@ -73,7 +73,9 @@ double rel_l2(const Tensor& got, const Tensor& want) {
 /// griddepcontrol.wait, stores after: what an overlapped step can reach at best); 4: no copy, the
 /// slot id only (the cost of a launch in this graph); 5: the same with the dependent launch. Each
 /// value is stored times `one` (1 at run time) so that the compiler cannot drop the stores.
-template <int kMode>
+/// Mode 0 with kVec 2 or 1: 8 or 4 rows per block of 128 threads (fewer bytes in flight per
+/// thread, more blocks).
+template <int kMode, int kVec = 4>
 __global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int64_t heads_rows,
                                         int64_t shift, int64_t num_slots, float one) {
   const int b = blockIdx.y;
@@ -84,20 +86,54 @@ __global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int
     if (slot < 0) state[0].x = one;  // never (slots are >= 0): keeps the slot load
     return;
   }
-  const int64_t offset = int64_t(blockIdx.x) * 16 * 32 + threadIdx.x;
+  const int64_t offset = int64_t(blockIdx.x) * 4 * kVec * 32 + threadIdx.x;
   const float4* src = state + slot * heads_rows * 32 + offset;
   float4* dst = state + (kMode == 2 ? (slot + shift) % num_slots : slot) * heads_rows * 32 + offset;
-  float4 x[4];
+  float4 x[kVec];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) x[i] = kMode == 1 ? __ldcs(src + i * 128) : src[i * 128];
+  for (int i = 0; i < kVec; ++i) x[i] = kMode == 1 ? __ldcs(src + i * 128) : src[i * 128];
   if constexpr (kMode == 3) asm volatile("griddepcontrol.wait;" ::: "memory");
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kVec; ++i) {
     const float4 y = make_float4(x[i].x * one, x[i].y * one, x[i].z * one, x[i].w * one);
     if (kMode == 1) {
       __stcs(dst + i * 128, y);
     } else {
       dst[i * 128] = y;
+    }
+  }
+}
+
+/// The in-place copy floor streamed the way the whole-key-head decode tilings stream the state
+/// (R256w8 for GDN, R128w4 for KDA): one block per (sequence, key head), a warp per 32 rows,
+/// each lane 16 bytes of every row, 2 groups of 4 rows in flight; no math, no prologue beyond the
+/// slot id. The gap between this floor and the plain copy's is the price of the shape alone.
+__global__ void state_copy_head_kernel(float4* state, const int32_t* slots, int64_t heads_rows,
+                                       int rows_per_block, float one) {
+  constexpr int kRowVecs = 32;  // 16-byte vectors per row of d = 128 fp32
+  const int64_t slot = slots[blockIdx.y];
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  float4* rows = state +
+                 (slot * heads_rows + int64_t(blockIdx.x) * rows_per_block + warp * 32) * kRowVecs +
+                 lane;
+  float4 buf[2][4];
+#pragma unroll
+  for (int s = 0; s < 2; ++s)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) buf[s][u] = rows[(s * 4 + u) * kRowVecs];
+  for (int g = 0; g < 8; g += 2) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int gi = g + s;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const float4 x = buf[s][u];
+        rows[(gi * 4 + u) * kRowVecs] = make_float4(x.x * one, x.y * one, x.z * one, x.w * one);
+      }
+      if (gi + 2 < 8) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) buf[s][u] = rows[((gi + 2) * 4 + u) * kRowVecs];
+      }
     }
   }
 }
@@ -131,7 +167,8 @@ CaseResult run_case(const Case& c, int B, int d,
   Tensor A_log = random_host({c.HV}, DType::kF32, rng, -1, 1);
   Tensor dt_bias = c.kda ? random_host({c.HV, d}, DType::kF32, rng, -1, 1)
                          : random_host({c.HV}, DType::kF32, rng, -1, 1);
-  // Host pools only for the first slot set (the checked one); the device pool is filled on device.
+  // Host pools only for the first slot set (the checked one); the device pool is filled on
+  // device.
   Tensor conv0 = random_host({B, conv_dim, K - 1}, DType::kBF16, rng, -1, 1);
   Tensor state0 = random_host({B, c.HV, d, d}, DType::kF32, rng, -0.1f, 0.1f);
 
@@ -206,7 +243,7 @@ CaseResult run_case(const Case& c, int B, int d,
   variants.insert(variants.end(), sweep.begin(), sweep.end());
   for (const kernels::cuda::DecodeTiling tiling : variants) {
     auto step = [&](Stream s) {
-      if (tiling.rows_per_block < 0) {  // a copy floor: -1 in place, -2 .cs hints, -3 out of place
+      if (tiling.rows_per_block < 0) {  // a copy floor (names: `floors` in main)
         const dim3 grid(unsigned(c.HV * d / 16), unsigned(B));
         const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
         float4* state = static_cast<float4*>(d_state.view().raw());
@@ -218,7 +255,19 @@ CaseResult run_case(const Case& c, int B, int d,
           state_copy_floor_kernel<1><<<grid, 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
         if (tiling.rows_per_block == -3)
           state_copy_floor_kernel<2><<<grid, 128, 0, st>>>(state, ids, rows, B, slots, 1.0f);
-        if (tiling.rows_per_block <= -5) {  // in place overlapped / launch only (+ overlapped)
+        if (tiling.rows_per_block == -8)
+          state_copy_floor_kernel<0, 2>
+              <<<dim3(grid.x * 2, grid.y), 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
+        if (tiling.rows_per_block == -9)
+          state_copy_floor_kernel<0, 1>
+              <<<dim3(grid.x * 4, grid.y), 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
+        if (tiling.rows_per_block == -10) {
+          const int head_rows = c.HV / c.H * d;  // 32 rows per warp
+          state_copy_head_kernel<<<dim3(unsigned(c.H), unsigned(B)), unsigned(head_rows), 0, st>>>(
+              state, ids, rows, head_rows, 1.0f);
+        }
+        if (tiling.rows_per_block <= -5 && tiling.rows_per_block >= -7) {
+          // in place overlapped / launch only (+ overlapped)
           cudaLaunchConfig_t config{};
           config.gridDim = grid;
           config.blockDim = dim3(128);
@@ -317,7 +366,8 @@ int main(int argc, char** argv) {
   }
   // --sweep: every tiling; --floor: also plain copies of the same state bytes (this harness's
   // floors: in place, in place with streaming hints, out of place, clustered, overlapped; a launch
-  // alone, plain and overlapped); --overlap: steps launched with
+  // alone, plain and overlapped; in place with 2 or 1 x 16 bytes per thread; in place shaped as
+  // the whole-key-head tilings stream); --overlap: steps launched with
   // overlap_previous (rows marked +ovl); --only gdn|kda, --batch B (any B; default the five
   // of ANCHORS.md), --rows R: one slice (for a profiler).
   bool sweep = false, floor = false, overlap = false;
@@ -363,7 +413,7 @@ int main(int argc, char** argv) {
         if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
       if (floor)
-        for (int mode : {-1, -2, -3, -4, -5, -6, -7}) tilings.push_back({mode, 0});
+        for (int mode : {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10}) tilings.push_back({mode, 0});
       const CaseResult r = run_case(c, B, 128, tilings, overlap);
       const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap);
       for (const Timing& t : r.timings) {
@@ -371,8 +421,8 @@ int main(int argc, char** argv) {
         const auto tl = is_default ? chosen : t.tiling;
         std::string name;
         if (tl.rows_per_block < 0) {
-          const char* floors[] = {"copy",     "copy.cs", "copy.out",  "copy.c16",
-                                  "copy+ovl", "launch",  "launch+ovl"};
+          const char* floors[] = {"copy",   "copy.cs",    "copy.out", "copy.c16", "copy+ovl",
+                                  "launch", "launch+ovl", "copy.x2",  "copy.x1",  "copy.head"};
           name = floors[-tl.rows_per_block - 1];
         } else {
           name = kernels::cuda::decode_tiling_name(tl, group, 128);
