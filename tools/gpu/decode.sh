@@ -29,7 +29,9 @@ bench=./build-gpu/bin/hyla_bench_gated_delta_rule_decode
 rows() { grep -E '^\| (GDN|KDA)'; }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader
-echo "commit $(git rev-parse --short HEAD 2>/dev/null) $(git status --short 2>/dev/null | wc -l) changed paths"
+# (The device machine's copy of .git can lag behind the working tree it runs: name the commit in
+# the perf entry from this machine, not from this line.)
+echo "git there: $(git rev-parse --short HEAD 2>/dev/null), $(git status --short 2>/dev/null | wc -l) changed paths"
 start=$SECONDS
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a > "$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
