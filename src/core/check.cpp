@@ -1,6 +1,7 @@
 // Argument checks for op entry points (see check.h).
 #include "core/check.h"
 
+#include <cmath>
 #include <vector>
 
 namespace hyla {
@@ -114,6 +115,15 @@ Status check_slots(std::string_view op, std::string_view name, const TensorView&
                           ") and is not -1 (skip)");
   }
   return ok_status();
+}
+
+Status check_positive_finite(std::string_view op, std::string_view name, float value,
+                             std::string_view why) {
+  if (value > 0.0f && std::isfinite(value)) return ok_status();
+  if (why.empty())
+    return invalid_argument(op, ": ", name, " is ", value, ", expected a finite value > 0");
+  return invalid_argument(op, ": ", name, " is ", value, ", expected a finite value > 0 (", why,
+                          ")");
 }
 
 Status check_in_place(std::string_view op, std::string_view out_name, const TensorView& out,

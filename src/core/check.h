@@ -33,6 +33,11 @@ Status check_cu_seqlens(std::string_view op, const TensorView& cu_seqlens, int64
 Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
                    int64_t batch, int64_t num_slots);
 
+/// A scalar parameter (eps, theta, a scale) must be finite and > 0; `why`, when given, ends the
+/// message in parentheses ("keeps zero rows finite").
+Status check_positive_finite(std::string_view op, std::string_view name, float value,
+                             std::string_view why = {});
+
 /// In-place use: when `out` starts where `in` does, it must have in's dtype and strides (a
 /// partial overlap with another layout would read values already overwritten).
 Status check_in_place(std::string_view op, std::string_view out_name, const TensorView& out,

@@ -2,7 +2,6 @@
 // or CUDA body.
 #include "kernels/activations.h"
 
-#include <cmath>
 #include <string>
 
 #include "core/check.h"
@@ -44,9 +43,7 @@ Status check_elementwise(std::string_view op, const TensorView& x, const TensorV
 
 Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream) {
   HYLA_RETURN_IF_ERROR(check_elementwise("l2norm", x, y));
-  if (!(eps > 0.0f) || !std::isfinite(eps))
-    return invalid_argument("l2norm: eps is ", eps, ", expected a finite value > 0 (keeps zero ",
-                            "rows finite)");
+  HYLA_RETURN_IF_ERROR(check_positive_finite("l2norm", "eps", eps, "keeps zero rows finite"));
   if (x.device().is_cuda()) return unsupported("l2norm: no CUDA body yet");
   cpu::l2norm(x, y, eps);
   return ok_status();

@@ -2,8 +2,6 @@
 // the CPU body.
 #include "kernels/attn_res.h"
 
-#include <cmath>
-
 #include "core/check.h"
 
 namespace hyla::kernels {
@@ -51,10 +49,7 @@ Status check_attn_res_mix(const AttnResMixParams& p) {
       if (overlaps(*out, *t))
         return invalid_argument(op, ": ", out_name, " overlaps ", name,
                                 "; the mixture is written to its own buffer");
-  if (!(p.eps > 0.0f) || !std::isfinite(p.eps))
-    return invalid_argument(op, ": eps is ", p.eps,
-                            ", expected a finite value > 0 (keeps zero rows finite)");
-  return ok_status();
+  return check_positive_finite(op, "eps", p.eps, "keeps zero rows finite");
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 // Entry point of the gated RMSNorm: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/gated_rmsnorm.h"
 
-#include <cmath>
-
 #include "core/check.h"
 
 namespace hyla::kernels {
@@ -24,9 +22,7 @@ Status check_gated_rmsnorm(const GatedRmsNormParams& p) {
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
   HYLA_RETURN_IF_ERROR(check_in_place(op, "y", p.y, "x", p.x));
-  if (!(p.eps > 0.0f) || !std::isfinite(p.eps))
-    return invalid_argument(op, ": eps is ", p.eps,
-                            ", expected a finite value > 0 (keeps zero rows finite)");
+  HYLA_RETURN_IF_ERROR(check_positive_finite(op, "eps", p.eps, "keeps zero rows finite"));
   if (p.act != GateActivation::kSilu && p.act != GateActivation::kSigmoid)
     return invalid_argument(op, ": act is ", int(p.act), ", expected kSilu or kSigmoid");
   return ok_status();

@@ -1,8 +1,6 @@
 // Entry point of MoE top-k routing: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/moe_route.h"
 
-#include <cmath>
-
 #include "core/check.h"
 
 namespace hyla::kernels {
@@ -35,9 +33,7 @@ Status check_moe_route(const MoeRouteParams& p) {
   }
   if (p.scoring != MoeScoring::kSoftmax && p.scoring != MoeScoring::kSigmoid)
     return invalid_argument(op, ": scoring is ", int(p.scoring), ", expected kSoftmax or kSigmoid");
-  if (!(p.routed_scaling > 0.0f) || !std::isfinite(p.routed_scaling))
-    return invalid_argument(op, ": routed_scaling is ", p.routed_scaling,
-                            ", expected a finite value > 0");
+  HYLA_RETURN_IF_ERROR(check_positive_finite(op, "routed_scaling", p.routed_scaling));
   if (p.num_groups < 1 || E % p.num_groups != 0)
     return invalid_argument(op, ": num_groups is ", p.num_groups,
                             ", expected a divisor of E = ", E);

@@ -1,8 +1,6 @@
 // Entry point of RMSNorm: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/rmsnorm.h"
 
-#include <cmath>
-
 #include "core/check.h"
 
 namespace hyla::kernels {
@@ -29,9 +27,7 @@ Status check_rmsnorm(const RmsNormParams& p) {
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
   HYLA_RETURN_IF_ERROR(check_in_place(op, "y", p.y, "x", p.x));
-  if (!(p.eps > 0.0f) || !std::isfinite(p.eps))
-    return invalid_argument(op, ": eps is ", p.eps,
-                            ", expected a finite value > 0 (keeps zero rows finite)");
+  HYLA_RETURN_IF_ERROR(check_positive_finite(op, "eps", p.eps, "keeps zero rows finite"));
   if (p.form != RmsNormForm::kWeight && p.form != RmsNormForm::kOffset)
     return invalid_argument(op, ": form is ", int(p.form), ", expected kWeight or kOffset");
   return ok_status();

@@ -1,8 +1,6 @@
 // Entry point of the rotary embedding: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/rope.h"
 
-#include <cmath>
-
 #include "core/check.h"
 
 namespace hyla::kernels {
@@ -22,8 +20,7 @@ Status check_rope(const RopeParams& p) {
   if (p.rotary_dim < 2 || p.rotary_dim > head_dim || p.rotary_dim % 2 != 0)
     return invalid_argument(op, ": rotary_dim is ", p.rotary_dim,
                             ", expected an even value in [2, head_dim = ", head_dim, "]");
-  if (!(p.theta > 0.0f) || !std::isfinite(p.theta))
-    return invalid_argument(op, ": theta is ", p.theta, ", expected a finite value > 0");
+  HYLA_RETURN_IF_ERROR(check_positive_finite(op, "theta", p.theta));
   const int32_t* positions = p.positions.data<int32_t>();
   for (int64_t t = 0; t < T; ++t) {
     const int32_t pos = positions[t * p.positions.stride(0)];

@@ -1,8 +1,6 @@
 // Entry point of SiTU-GLU (situ_and_mul): argument checks, then dispatch to the CPU body.
 #include "kernels/situ_glu.h"
 
-#include <cmath>
-
 #include "core/check.h"
 #include "kernels/swiglu.h"  // check_glu_layout
 
@@ -14,8 +12,7 @@ Status check_situ_and_mul(const SituAndMulParams& p) {
   constexpr const char* op = "situ_and_mul";
   HYLA_RETURN_IF_ERROR(check_glu_layout(op, p.x, p.y));
   for (const auto& [name, value] : {std::pair{"beta", p.beta}, {"linear_beta", p.linear_beta}})
-    if (!(value > 0.0f) || !std::isfinite(value))
-      return invalid_argument(op, ": ", name, " is ", value, ", expected a finite value > 0");
+    HYLA_RETURN_IF_ERROR(check_positive_finite(op, name, value));
   return ok_status();
 }
 
