@@ -4,7 +4,8 @@
 # decode_step_kernel: start, slot id back, griddepcontrol.wait done, conv + gates done, block
 # barrier, row update, end; point 5, after the l2 norms, went with them into the rows) and prints,
 # per ring step, ns from the step's first block start to each point (min / median / max over
-# blocks) and the gap to the previous step.
+# blocks) and the gap to the previous step, then the median end of the blocks that shared their
+# SM with another block of the step against those alone on theirs (%smid, stored as point 5).
 #   bash tools/gpu/decode_probe.sh [bench arguments...]   (default: --batch 1; add --overlap,
 #   --rows R, --only gdn|kda)
 set -uo pipefail

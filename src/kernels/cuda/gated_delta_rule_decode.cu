@@ -394,6 +394,7 @@ void decode_probe_dump(int steps, int blocks) {
         prev0 ? (long long)(t0 - prev0) : 0LL, prev_end ? (long long)t0 - (long long)prev_end : 0LL,
         end - t0);
     for (int pt = 1; pt < kProbePoints; ++pt) {
+      if (pt == kProbeSmid) continue;
       std::vector<long long> v;
       for (int bl = 0; bl < blocks && bl < kProbeBlocks; ++bl)
         if (h[st][bl][pt]) v.push_back((long long)(h[st][bl][pt] - t0));
@@ -401,7 +402,20 @@ void decode_probe_dump(int steps, int blocks) {
       std::sort(v.begin(), v.end());
       std::printf(" | p%d %lld/%lld/%lld", pt, v.front(), v[v.size() / 2], v.back());
     }
-    std::printf("\n");
+    // Blocks that shared their SM with another block of this step against those alone there:
+    // median end (point 7).
+    std::vector<long long> shared, alone;
+    for (int bl = 0; bl < blocks && bl < kProbeBlocks; ++bl) {
+      if (!h[st][bl][kProbeSmid] || !h[st][bl][7]) continue;
+      int on_sm = 0;
+      for (int other = 0; other < blocks && other < kProbeBlocks; ++other)
+        on_sm += h[st][other][kProbeSmid] == h[st][bl][kProbeSmid];
+      (on_sm > 1 ? shared : alone).push_back((long long)(h[st][bl][7] - t0));
+    }
+    for (auto* v : {&shared, &alone}) std::sort(v->begin(), v->end());
+    auto median = [](const std::vector<long long>& v) { return v.empty() ? 0LL : v[v.size() / 2]; };
+    std::printf(" | end on a shared SM: %zu blocks, median %lld; alone: %zu, median %lld\n",
+                shared.size(), median(shared), alone.size(), median(alone));
     prev0 = t0;
     prev_end = end;
   }

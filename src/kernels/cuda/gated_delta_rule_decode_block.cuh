@@ -23,8 +23,9 @@ using namespace decode_detail;
 
 #ifdef HYLA_DECODE_PROBE
 // Timeline probe (a diagnostic build only: -DHYLA_DECODE_PROBE): thread 0 of each block of
-// sequence 0 records %globaltimer (ns) at kProbePoints points, per slot (ring step) modulo 64.
-constexpr int kProbeSteps = 64, kProbeBlocks = 256, kProbePoints = 8;
+// sequence 0 records %globaltimer (ns) at kProbePoints points, per slot (ring step) modulo 64;
+// point kProbeSmid holds the block's SM id + 1 instead of a time.
+constexpr int kProbeSteps = 64, kProbeBlocks = 256, kProbePoints = 8, kProbeSmid = 5;
 __device__ unsigned long long g_probe[kProbeSteps][kProbeBlocks][kProbePoints];
 __device__ __forceinline__ void probe(int slot, int point) {
   if (threadIdx.x != 0 || blockIdx.y != 0 || blockIdx.x >= kProbeBlocks || slot < 0) return;
@@ -95,8 +96,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   {
     unsigned long long t0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)::"memory");
-    if (tid == 0 && b == 0 && blockIdx.x < kProbeBlocks && slot >= 0)
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    if (tid == 0 && b == 0 && blockIdx.x < kProbeBlocks && slot >= 0) {
       g_probe[slot % kProbeSteps][blockIdx.x][0] = t0;  // (stored once the slot id is back)
+      g_probe[slot % kProbeSteps][blockIdx.x][kProbeSmid] = smid + 1;
+    }
   }
   HYLA_PROBE(slot, 1);
 #endif
