@@ -312,7 +312,7 @@ __device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, v
 }
 
 /// Launches kKernel (a decode kernel taking StepArgs) over (H x args.cluster, B) blocks of
-/// 32 warps threads: in clusters of args.cluster blocks along x (beyond 8, the non-portable size,
+/// 32 x warps threads: in clusters of args.cluster blocks along x (beyond 8, the non-portable size,
 /// opted into once per kernel) and, with `overlap`, as a programmatic dependent of the kernel
 /// before it on the stream.
 template <auto kKernel>
