@@ -253,13 +253,13 @@ __global__ void __launch_bounds__(32 * kWarps)
     if constexpr (kKda) {
       const int i = tid + n * kThreads;
       if (i < T * kHeads * kDk) {
-        const float a_scale = gate_A[n], x = gate_in[n] + gate_bias[n];
-        const float g = p.safe_gate ? p.lower_bound * sigmoid(a_scale * x) : -a_scale * softplus(x);
+        const float g =
+            gate_log_decay(gate_A[n], gate_in[n] + gate_bias[n], p.safe_gate, p.lower_bound);
         s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
       }
     } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
       s_gdn_decay[gate_tid / kHeads][gate_tid % kHeads] =
-          expf(-gate_A[n] * softplus(gate_in[n] + gate_bias[n]));
+          expf(gate_log_decay(gate_A[n], gate_in[n] + gate_bias[n], false, 0.0f));
     }
   }
   if (unsigned(beta_tid) < unsigned(T * kHeads))

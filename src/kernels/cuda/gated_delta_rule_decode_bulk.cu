@@ -129,15 +129,14 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
       const float f =
           load_any(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c) + p.dt_bias[hv * kDk + c];
       const float a_scale = expf(p.A_log[hv]);
-      s_decay[h][c] =
-          expf(p.safe_gate ? p.lower_bound * sigmoid(a_scale * f) : -a_scale * softplus(f));
+      s_decay[h][c] = expf(gate_log_decay(a_scale, f, p.safe_gate, p.lower_bound));
     }
   }
   if (tid < p.group) {
     const int hv = hv0 + tid;
     if constexpr (!kKda) {
       const float x = load_any(p.a, p.a_bf16, int64_t(b) * p.HV + hv) + p.dt_bias[hv];
-      s_gdn_decay[tid] = expf(-expf(p.A_log[hv]) * softplus(x));
+      s_gdn_decay[tid] = expf(gate_log_decay(expf(p.A_log[hv]), x, false, 0.0f));
     }
     s_beta[tid] = sigmoid(load_any(p.b, p.b_bf16, int64_t(b) * p.HV + hv));
   }

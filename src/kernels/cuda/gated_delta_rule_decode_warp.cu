@@ -218,10 +218,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   float decay[kGates];
 #pragma unroll
   for (int j = 0; j < kGates; ++j) {
-    const float x = a_in[j] + bias[j];
-    const float g =
-        kKda && p.safe_gate ? p.lower_bound * sigmoid(a_scale * x) : -a_scale * softplus(x);
-    decay[j] = expf(g);
+    decay[j] = expf(gate_log_decay(a_scale, a_in[j] + bias[j], kKda && p.safe_gate, p.lower_bound));
   }
   const float beta = sigmoid(b_in);
 
