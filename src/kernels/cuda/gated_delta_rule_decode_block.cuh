@@ -205,29 +205,26 @@ __global__ void __launch_bounds__(32 * kWarps)
   // and this block's v channels (its alone: advanced at once). Every window is loaded before the
   // first window store.
   float qk_next[kQkPerThread][kMaxK - 1], v_next[kVPerThread][kMaxK - 1];
+  // One channel: its window (plain: loaded here), conv + SiLU into column col of the shared
+  // [kT][..] array out, the advanced window into next.
+  auto conv_to_shared = [&](int64_t ch, ConvIn<kT>& in, auto& out, int col,
+                            float(&next)[kMaxK - 1]) {
+    float y[kT];
+    if constexpr (!kOverlap) load_conv_window(p, slot, ch, in);
+    conv_apply(p, T, in, y, next);
+#pragma unroll
+    for (int t = 0; t < kT; ++t)
+      if (t < T) out[t][col] = y[t];
+  };
 #pragma unroll
   for (int i = 0; i < kQkPerThread; ++i) {
     const int c = tid + i * kThreads;
-    if (c < 2 * kDk) {
-      float y[kT];
-      if constexpr (!kOverlap) load_conv_window(p, slot, qk_channel(c), qk_in[i]);
-      conv_apply(p, T, qk_in[i], y, qk_next[i]);
-#pragma unroll
-      for (int t = 0; t < kT; ++t)
-        if (t < T) s_qk[t][c] = y[t];
-    }
+    if (c < 2 * kDk) conv_to_shared(qk_channel(c), qk_in[i], s_qk, c, qk_next[i]);
   }
 #pragma unroll
   for (int i = 0; i < kVPerThread; ++i) {
     const int r = v_item(i);
-    if (v_ok(i)) {
-      float y[kT];
-      if constexpr (!kOverlap) load_conv_window(p, slot, v_channel(r), v_in[i]);
-      conv_apply(p, T, v_in[i], y, v_next[i]);
-#pragma unroll
-      for (int t = 0; t < kT; ++t)
-        if (t < T) s_v[t][r] = y[t];
-    }
+    if (v_ok(i)) conv_to_shared(v_channel(r), v_in[i], s_v, r, v_next[i]);
   }
   if (p.commit) {
 #pragma unroll
