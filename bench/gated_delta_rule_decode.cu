@@ -7,7 +7,9 @@
 // the CPU body on the same inputs (relative L2 error of o and of the updated state).
 // Prints a table; writes JSON lines to the file given as the last argument (if any). With --sweep,
 // also times every tiling of the CUDA body (rows per block / cluster size) the geometry admits, so
-// the entry's choice can be checked against the alternatives.
+// the entry's choice can be checked against the alternatives. The key heads' arrival counters
+// (GatedDeltaRuleDecodeParams::arrivals) are given, as a serving engine gives them; --clusters
+// times the block tilings without them (a cluster barrier per key head instead).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -150,7 +152,8 @@ struct CaseResult {
 
 /// Sets up one case (pools, inputs, CPU check), then times the entry and each tiling in `sweep`.
 CaseResult run_case(const Case& c, int B, int d,
-                    const std::vector<kernels::cuda::DecodeTiling>& sweep, bool overlap) {
+                    const std::vector<kernels::cuda::DecodeTiling>& sweep, bool overlap,
+                    bool counted) {
   std::mt19937 rng(1234u + unsigned(B) * 7u + (c.kda ? 1u : 0u));
   const int64_t conv_dim = 2 * int64_t(c.H) * d + int64_t(c.HV) * d, K = 4;
   const int64_t state_bytes_per_seq = int64_t(c.HV) * d * d * 4;
@@ -183,6 +186,8 @@ CaseResult run_case(const Case& c, int B, int d,
   HYLA_CUDA_CHECK(cudaMemcpy(d_state.view().raw(), state0.view().raw(), size_t(state0.nbytes()),
                              cudaMemcpyHostToDevice));
   Tensor d_o = Tensor::empty({B, c.HV, d}, DType::kBF16, gpu);
+  Tensor d_arrivals = Tensor::empty({B, c.H}, DType::kI32, gpu);  // zero, left zero by each step
+  d_arrivals.fill_bytes(0);
   std::vector<Tensor> d_slots;
   for (int r = 0; r < ring; ++r) {
     Tensor s = Tensor::empty({B}, DType::kI32);
@@ -200,6 +205,7 @@ CaseResult run_case(const Case& c, int B, int d,
   p.dt_bias = d_dt;
   p.state_pool = d_state;
   p.o = d_o;
+  if (counted) p.arrivals = d_arrivals;
   if (c.kda) p.lower_bound = -5.0f;
 
   // Check against the CPU body on slot set 0.
@@ -212,6 +218,7 @@ CaseResult run_case(const Case& c, int B, int d,
     Tensor h_o = Tensor::empty({B, c.HV, d}, DType::kBF16);
     h.qkv = qkv, h.conv_weight = w, h.conv_state = h_conv, h.a = a, h.b = bb, h.A_log = A_log,
     h.dt_bias = dt_bias, h.state_pool = h_state, h.o = h_o, h.slots = slots_host;
+    h.arrivals = TensorView();  // (CUDA only)
     const Status cs = kernels::gated_delta_rule_decode(h);
     p.slots = d_slots[0];
     d_o.fill_bytes(0xff);
@@ -369,8 +376,8 @@ int main(int argc, char** argv) {
   // alone, plain and overlapped; in place with 2 or 1 x 16 bytes per thread; in place shaped as
   // the whole-key-head tilings stream); --overlap: steps launched with
   // overlap_previous (rows marked +ovl); --only gdn|kda, --batch B (any B; default the five
-  // of ANCHORS.md), --rows R: one slice (for a profiler).
-  bool sweep = false, floor = false, overlap = false;
+  // of ANCHORS.md), --rows R: one slice (for a profiler); --clusters: no arrival counters.
+  bool sweep = false, floor = false, overlap = false, counted = true;
   const char* json_path = nullptr;
   std::string only;
   int only_batch = 0, only_rows = 0;
@@ -380,6 +387,8 @@ int main(int argc, char** argv) {
       sweep = true;
     } else if (arg == "--overlap") {
       overlap = true;
+    } else if (arg == "--clusters") {
+      counted = false;
     } else if (arg == "--floor") {
       floor = true;
     } else if (arg == "--only" && i + 1 < argc) {
@@ -396,8 +405,10 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   HYLA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf(
-      "hyla gated_delta_rule_decode on %s (%d SMs): fp32 state, bf16 activations, d = 128\n",
-      prop.name, prop.multiProcessorCount);
+      "hyla gated_delta_rule_decode on %s (%d SMs): fp32 state, bf16 activations, d = 128; "
+      "key heads of several blocks: %s\n",
+      prop.name, prop.multiProcessorCount,
+      counted ? "arrival counters (block kernel), clusters (warp kernel)" : "clusters");
   std::printf("| %-22s | %5s | %-8s | %9s | %8s | %9s | %9s |\n", "case", "B", "tiling", "us",
               "GB/s", "err o", "err state");
   const Case cases[] = {{"GDN H16/HV32", false, 16, 32}, {"KDA H32 safe gate", true, 32, 32}};
@@ -414,7 +425,7 @@ int main(int argc, char** argv) {
       }
       if (floor)
         for (int mode : {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10}) tilings.push_back({mode, 0});
-      const CaseResult r = run_case(c, B, 128, tilings, overlap);
+      const CaseResult r = run_case(c, B, 128, tilings, overlap, counted);
       const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap);
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
@@ -435,13 +446,14 @@ int main(int argc, char** argv) {
           std::fprintf(json,
                        "{\"case\":\"%s\",\"B\":%d,\"rows_per_block\":%d,\"warps\":%d,"
                        "\"kernel\":\"%s\",\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
-                       "\"err_state\":%.3e}\n",
+                       "\"err_state\":%.3e,\"arrivals\":%s}\n",
                        c.name, B, tl.rows_per_block, tl.warps,
                        tl.rows_per_block < 0                             ? "floor"
                        : tl.bulk()                                       ? "bulk"
                        : tl.kernel == kernels::cuda::DecodeKernel::kWarp ? "warp"
                                                                          : "block",
-                       is_default ? "true" : "false", t.us, t.gbps, r.err_o, r.err_state);
+                       is_default ? "true" : "false", t.us, t.gbps, r.err_o, r.err_state,
+                       counted ? "true" : "false");
       }
     }
   }

@@ -132,6 +132,13 @@ Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
     if (!(p.norm_eps > 0.0f)) return invalid_argument(op, ": norm_eps must be > 0");
   }
   if (!(p.scale >= 0.0f)) return invalid_argument(op, ": scale is ", p.scale, ", expected >= 0");
+  if (p.arrivals.defined()) {
+    const int64_t H = qk_dims / (2 * d_k);
+    HYLA_RETURN_IF_ERROR(check_shape(op, "arrivals", p.arrivals, {B, H}, "B, H"));
+    HYLA_RETURN_IF_ERROR(check_dtype(op, "arrivals", p.arrivals, {DType::kI32}));
+    HYLA_RETURN_IF_ERROR(check_contiguous(op, "arrivals", p.arrivals));
+    HYLA_RETURN_IF_ERROR(check_device(op, "arrivals", p.arrivals, device));
+  }
   if (device.is_cpu()) {
     HYLA_RETURN_IF_ERROR(check_slots(op, "slots", p.slots, B, num_slots));
     if (p.commit)

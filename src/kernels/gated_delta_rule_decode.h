@@ -65,6 +65,15 @@ struct GatedDeltaRuleDecodeParams {
   /// the bulk-copy tiling and block-kernel tilings of more than 64 rows per block ignore it (run
   /// in stream order); the entry picks overlapped tilings below 257 (sequence, key head) units.
   bool overlap_previous = false;
+
+  /// CUDA only, optional (the CPU body ignores it): [B, H] i32 arrival counters on the kernel's
+  /// device, all zero before the first call; every call leaves them zero again, so one buffer of
+  /// B_max x H zeros (a prefix view for smaller batches) serves every decode call of a stream.
+  /// With them, the blocks that share a key head's q/k conv windows are ordered by counting (the
+  /// last block to have read the windows advances them) instead of by a thread-block cluster
+  /// barrier, so they need not be co-scheduled in one GPC (docs/perf.md, 2026-11-30 fifth
+  /// session). Calls that may run at the same time (several streams) need separate buffers.
+  TensorView arrivals;
 };
 
 /// After a verify call: install, per sequence, the state after its first accepted[b] tokens.

@@ -128,7 +128,8 @@ struct DecodeTensors {
             .norm_weight = norm_weight,
             .norm_gate = norm_gate,
             .norm_eps = norm_eps,
-            .norm_act = norm_act};
+            .norm_act = norm_act,
+            .arrivals = {}};
   }
   kernels::GatedDeltaRuleCommitParams commit_params() const {
     return {.tokens_per_seq = T,

@@ -470,6 +470,16 @@ TEST(GatedDeltaRuleDecodeTest, BadArgumentsGiveClearErrors) {
        "step_states is the verify output (commit = false)"},
       {"step_states missing on verify", false, [](auto& p) { p.step_states = {}; },
        "step_states is missing"},
+      {"arrivals of the wrong shape", true,
+       [&](auto& p) {
+         p.arrivals = tensor({2, 2}, DType::kI32);
+       },
+       "arrivals has shape [2, 2], expected [2, 1] (B, H)"},
+      {"arrivals not i32", true,
+       [&](auto& p) {
+         p.arrivals = tensor({2, 1}, kF32);
+       },
+       "arrivals has dtype f32, expected i32"},
       {"step_states of another dtype than the pool", false,
        [&](auto& p) {
          p.step_states = tensor({2, 2, 2, 8, 8}, kBF16);

@@ -320,6 +320,8 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   args.commit = p.commit;
   args.overlap = p.overlap_previous;
   args.trigger = decode_trigger(int64_t(B) * H);
+  if (tiling.kernel == DecodeKernel::kBlock && cluster > 1 && p.arrivals.defined())
+    args.arrivals = reinterpret_cast<unsigned*>(p.arrivals.data<int32_t>());
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
   const DecodeTiling rows = tiling;
   HYLA_RETURN_IF_ERROR(bf16_state

@@ -241,7 +241,9 @@ __global__ void __launch_bounds__(32 * kWarps)
   // Relaxed (no release fence: with it, ptxas emits MEMBAR.ALL.GPU, which waits for the state
   // loads in flight): the reads are complete already, since every window value has gone into a
   // conv output stored to shared memory above, which no instruction can do before its load returns.
-  if (p.cluster > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  const bool counted = p.cluster > 1 && p.arrivals != nullptr;
+  if (p.cluster > 1 && !counted)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
     // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
     // beta = sigmoid(b).
@@ -264,6 +266,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   HYLA_PROBE(slot, 3);
   __syncthreads();
   HYLA_PROBE(slot, 4);  // (point 5, after the l2 norms, went with them into the rows)
+  // Counted (no cluster): every thread of this block has read its q/k windows (the barrier
+  // above); one arrival for the block, relaxed for the same reason as the cluster arrival. Inline
+  // PTX: atomicAdd here is compiled as a warp-aggregated atomic whose result is shuffled at once,
+  // which stalls warp 0 for the atomic's round trip before its rows; the count is needed only at
+  // the end.
+  unsigned* const arrival = counted ? p.arrivals + int64_t(b) * p.H + kh : nullptr;
+  unsigned arrived = 0;
+  if (counted && p.commit && tid == 0)
+    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(arrived)
+                 : "l"(arrival)
+                 : "memory");
 
   // 5. Row groups, one token at a time (delta_rule_rows: the l2 norms folded into the first warp
   // reduction), each group stored back (decode) or every token's copy stored (verify).
@@ -309,8 +323,23 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 
   HYLA_PROBE(slot, 6);
-  // 6. Cluster: once every block has read the q/k windows, rank 0 advances them.
-  if (p.cluster > 1) {
+  // 6. Counted: the key head's last block to arrive advances its q/k windows (every other block
+  // has read them) and resets the counter for the next call. Cluster: once every block has read
+  // the q/k windows, rank 0 advances them.
+  if (counted) {
+    if (p.commit) {
+      __shared__ bool s_last;
+      if (tid == 0) s_last = arrived == unsigned(p.cluster - 1);
+      __syncthreads();
+      if (s_last) {
+#pragma unroll
+        for (int i = 0; i < kQkPerThread; ++i)
+          if (tid + i * kThreads < 2 * kDk)
+            store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
+        if (tid == 0) *arrival = 0;
+      }
+    }
+  } else if (p.cluster > 1) {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
     if (p.commit && rank == 0) {
 #pragma unroll

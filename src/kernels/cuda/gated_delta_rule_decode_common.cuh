@@ -47,6 +47,11 @@ struct StepArgs {
   /// 1 after its own griddepcontrol.wait (overlapped instantiations), 2 never (at exit). A
   /// diagnostic knob (env HYLA_DECODE_TRIGGER=start|wait|exit), 0 by default.
   int trigger;
+  /// Block kernel, blocks per key head (cluster) > 1: one arrival counter per (sequence, key
+  /// head), [B][H], zero before the call and left zero by it. Given, the key head's blocks are
+  /// launched without a cluster and the last one to have read the q/k windows (the counter's last
+  /// arrival) advances them; null: a cluster barrier orders the window writes after the reads.
+  unsigned* arrivals;
 };
 
 /// Lets the dependent grid launch when `where` is the trigger point chosen in p.
@@ -318,7 +323,8 @@ __device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, v
 template <auto kKernel>
 Status launch_decode_grid(const StepArgs& args, int B, int warps, bool overlap,
                           cudaStream_t stream) {
-  if (args.cluster > 8) {
+  const bool cluster = args.cluster > 1 && args.arrivals == nullptr;
+  if (cluster && args.cluster > 8) {
     static const cudaError_t opt_in =
         cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     HYLA_CUDA_CHECK(opt_in);
@@ -329,7 +335,7 @@ Status launch_decode_grid(const StepArgs& args, int B, int warps, bool overlap,
   config.stream = stream;
   cudaLaunchAttribute attrs[2]{};
   unsigned n = 0;
-  if (args.cluster > 1) {
+  if (cluster) {
     attrs[n].id = cudaLaunchAttributeClusterDimension;
     attrs[n].val.clusterDim.x = unsigned(args.cluster);
     attrs[n].val.clusterDim.y = 1;

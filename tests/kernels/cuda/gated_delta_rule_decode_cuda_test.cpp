@@ -195,6 +195,44 @@ void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t
   }
 }
 
+/// Two decode steps in a row on the GPU with the key heads' arrival counters (all zero at the
+/// start), with `tiling` (nullopt: the entry's choice), against two steps on the CPU: outputs and
+/// both pools after each step (the second step reads the q/k windows that the first step's last
+/// block advanced, and advances them only if the counters were reset) and every counter back at
+/// zero.
+void expect_counted_matches_cpu(const DecodeCase& c, int64_t B, uint32_t seed,
+                                std::optional<cuda::DecodeTiling> tiling, bool overlap = false) {
+  SCOPED_TRACE(str_cat(
+      c.name(), "_B", B, overlap ? " overlapped" : "", " seed ", seed,
+      tiling ? str_cat(" tiling ", cuda::decode_tiling_name(*tiling, c.HV / c.H, c.d_v)) : ""));
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> slots = random_slots(B, rng);
+  SCOPED_TRACE(str_cat("slots ", list_string(slots)));
+  const DecodeTensors host = testing::make_decode_tensors(c, B, /*T=*/1, slots, B + 3, rng);
+  DecodeTensors cpu = host.to(Device::cpu()), gpu = host.to(Device::cuda());
+  const Tensor zeros = Tensor::zeros({B, c.H}, DType::kI32);
+  const Tensor arrivals = zeros.to(Device::cuda());
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE(str_cat("step ", step));
+    // The second step starts from the CPU's state pool on both sides (a bf16 pool's roundings may
+    // differ by one ulp per step); the conv pool stays the GPU's own (its windows are copies of
+    // inputs, equal on both sides when advanced right).
+    if (step > 0) gpu.state_pool = cpu.state_pool.to(Device::cuda());
+    cpu.poison_outputs();
+    gpu.poison_outputs();
+    ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/true)));
+    GatedDeltaRuleDecodeParams p = gpu.decode_params(/*commit=*/true);
+    p.arrivals = arrivals;
+    p.overlap_previous = overlap;
+    ASSERT_OK(gpu_decode(p, tiling));
+    const DecodeTensors back = gpu.to(Device::cpu());
+    expect_outputs_match(c, back, cpu, slots, /*verify=*/false);
+    expect_pools_match(c, back, cpu);
+    EXPECT_TRUE(testing::bitwise_equal(arrivals.to(Device::cpu()), zeros))
+        << "the step left arrival counters that are not zero";
+  }
+}
+
 /// Every case of `gate` in the d = 128 grid, for every B and T.
 void expect_gate_matches_cpu(DecodeGate gate) {
   const uint32_t seed = base_seed();
@@ -298,6 +336,34 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
     }
   }
   EXPECT_GE(runs, 28u) << "fewer tilings covered than the kernel is compiled for";
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
+  // GatedDeltaRuleDecodeParams::arrivals: every block tiling of several blocks per key head (the
+  // ones that use the counters) on the geometries of EveryTilingMatchesCpu, plus the entry's
+  // choice at B = 1 (with a padding slot among B = 3 too), plain and overlapped.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  uint32_t n = 0, runs = 0;
+  const DecodeCase cases[] = {
+      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128, .pool = kF32},
+      {.gate = DecodeGate::kKdaSafe, .H = 2, .HV = 2, .d_k = 128, .d_v = 128, .pool = kBF16},
+      {.gate = DecodeGate::kKda, .H = 1, .HV = 4, .d_k = 64, .d_v = 64, .pool = kF32},
+      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
+  };
+  for (const DecodeCase& c : cases) {
+    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
+      if (t.kernel != cuda::DecodeKernel::kBlock ||
+          cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) < 2)
+        continue;
+      expect_counted_matches_cpu(c, /*B=*/3, seed + n++, t);
+      ++runs;
+    }
+    for (int64_t B : {1, 3})
+      for (bool overlap : {false, true})
+        expect_counted_matches_cpu(c, B, seed + n++, std::nullopt, overlap);
+  }
+  EXPECT_EQ(runs, 30u) << "not the block tilings of 2 to 16 blocks per key head of these cases";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
