@@ -343,9 +343,9 @@ CaseResult run_case(const Case& c, int B, int d,
 #ifdef HYLA_DECODE_PROBE
     if (B == 1 && tiling.rows_per_block >= 0 &&
         tiling.kernel == kernels::cuda::DecodeKernel::kBlock) {
-      const auto t = tiling.rows_per_block
-                         ? tiling
-                         : kernels::cuda::default_decode_tiling(B, c.H, c.HV / c.H, d, 1, overlap);
+      const auto t = tiling.rows_per_block ? tiling
+                                           : kernels::cuda::default_decode_tiling(
+                                                 B, c.H, c.HV / c.H, d, 1, overlap, true, counted);
       std::printf("probe %s R%d w%d%s: %.2f us\n", c.name, t.rows_per_block, t.warps,
                   overlap ? " overlap" : "", us);
       HYLA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
@@ -426,7 +426,8 @@ int main(int argc, char** argv) {
       if (floor)
         for (int mode : {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10}) tilings.push_back({mode, 0});
       const CaseResult r = run_case(c, B, 128, tilings, overlap, counted);
-      const auto chosen = kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap);
+      const auto chosen =
+          kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap, true, counted);
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
         const auto tl = is_default ? chosen : t.tiling;

@@ -197,8 +197,16 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
 }
 
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T,
-                                   bool overlap, bool warp_kernel_ok) {
+                                   bool overlap, bool warp_kernel_ok, bool counted) {
   const int64_t units = B * H;
+  // With arrival counters (GatedDeltaRuleDecodeParams::arrivals; the block tilings then need no
+  // cluster), without overlap, below 128 units, T = 1: the block kernel, 16 rows / 16 warps (B=1:
+  // GDN 4.55 us against the warp kernel's 4.73, KDA 4.76 against 4.86; docs/perf.md 2026-11-30,
+  // fifth session). Overlapped, the counters do not change the choice below.
+  if (counted && !overlap && T == 1 && units < 128) {
+    const DecodeTiling t{16, 16};
+    if (decode_cluster_size(t, group, d_v) >= 2) return t;
+  }
   // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap, the
   // dependent launched after the wait below 128 units: decode_trigger):
   //  - below 128 units: the block kernel, 32 rows / 8 warps (B=1: GDN 3.20 us, KDA 3.20; the
@@ -346,7 +354,9 @@ Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream strea
   const DecodeShape s = decode_shape(p);
   const bool warp_ok = s.d_k == s.d_v && p.conv_weight.size(1) == 4 && warp_kernel_aligned(p);
   return gated_delta_rule_decode_tiled(
-      p, default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T, p.overlap_previous, warp_ok),
+      p,
+      default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T, p.overlap_previous, warp_ok,
+                            p.arrivals.defined()),
       stream);
 }
 

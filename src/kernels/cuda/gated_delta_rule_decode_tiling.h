@@ -65,9 +65,11 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v);
 
 /// The tiling gated_delta_rule_decode uses for B sequences of T tokens, H key heads of group d_v
 /// rows; `overlap`: GatedDeltaRuleDecodeParams::overlap_previous; `warp_kernel_ok`: the call
-/// meets the warp kernel's terms (conv of 4 taps, 16-byte aligned tensors), else the block kernel.
+/// meets the warp kernel's terms (conv of 4 taps, 16-byte aligned tensors), else the block kernel;
+/// `counted`: the call gives arrival counters (GatedDeltaRuleDecodeParams::arrivals).
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
-                                   bool overlap = false, bool warp_kernel_ok = true);
+                                   bool overlap = false, bool warp_kernel_ok = true,
+                                   bool counted = false);
 
 /// gated_delta_rule_decode with an explicit tiling (arguments already checked by the caller).
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
