@@ -7,14 +7,16 @@
 // per token. Unit of work: one (sequence, key head), whose `group` value heads' rows are contiguous
 // in the pool. The block kernel (decode_step_kernel, any T) gives each thread block rows_per_block
 // of those rows (tilings: gated_delta_rule_decode_tiling.h); the blocks of one key head form a
-// thread-block cluster. Each block:
+// thread-block cluster, or with arrival counters (GatedDeltaRuleDecodeParams::arrivals) plain
+// blocks that count their reads of the q/k windows. Each block:
 //   0. issues the loads that do not need the slot id (conv weights and new inputs, gate inputs)
 //      while the slot id is on its way;
 //   1. issues the loads of its first state rows (registers, 16-byte loads for fp32), so the state
 //      bytes are in flight during everything else;
 //   2. computes the key head's 2 d_k q/k conv channels (window + SiLU; its threads share them
 //      through shared memory), its own rows' v channels and the gates; a v window is advanced at
-//      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier;
+//      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier, or
+//      with counters by the block that arrives last (it also resets the counter);
 //   3. streams its rows: each warp holds a row as 32 lanes x d_k / 32 contiguous elements, runs
 //      the T tokens on it (decay, predict = warp sum, write, read = warp sum; the q/k l2 norms
 //      folded into the first sum), stores it back (decode) or stores every step's copy (verify),
