@@ -107,34 +107,44 @@ __global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int
 }
 
 /// The in-place copy floor streamed the way the whole-key-head decode tilings stream the state
-/// (R256w8 for GDN, R128w4 for KDA): one block per (sequence, key head), a warp per 32 rows,
-/// each lane 16 bytes of every row, 2 groups of 4 rows in flight; no math, no prologue beyond the
-/// slot id. The gap between this floor and the plain copy's is the price of the shape alone.
+/// (R256w8 for GDN, R128w4 for KDA): one block per (sequence, key head), 32 rows per warp, each
+/// lane 16 bytes of every row, kStages groups of 4 rows in flight (the tilings: 2); no math, no
+/// prologue beyond the slot id. The gap between this floor and the plain copy's is the price of
+/// the shape alone. kInterleave: warp w takes the block's rows w, w + warps, w + 2 warps, ...
+/// instead of 32 contiguous ones, so that at any moment the block's warps touch neighbouring rows
+/// (one contiguous span) rather than one span each (the access-order question of the
+/// small-block copies, which are faster). Measured (docs/perf.md, fifth session): interleaving
+/// is slower, 4 groups in flight faster.
+template <int kStages, bool kInterleave>
 __global__ void state_copy_head_kernel(float4* state, const int32_t* slots, int64_t heads_rows,
                                        int rows_per_block, float one) {
   constexpr int kRowVecs = 32;  // 16-byte vectors per row of d = 128 fp32
+  constexpr int kGroups = 8;    // of 4 rows: 32 rows per warp
   const int64_t slot = slots[blockIdx.y];
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-  float4* rows = state +
-                 (slot * heads_rows + int64_t(blockIdx.x) * rows_per_block + warp * 32) * kRowVecs +
-                 lane;
-  float4 buf[2][4];
+  const int warps = int(blockDim.x) >> 5;
+  float4* const base =
+      state + (slot * heads_rows + int64_t(blockIdx.x) * rows_per_block) * kRowVecs + lane;
+  auto row = [&](int r) {  // the warp's r-th row (r in [0, 32))
+    return base + int64_t(kInterleave ? r * warps + warp : warp * 32 + r) * kRowVecs;
+  };
+  float4 buf[kStages][4];
 #pragma unroll
-  for (int s = 0; s < 2; ++s)
+  for (int s = 0; s < kStages; ++s)
 #pragma unroll
-    for (int u = 0; u < 4; ++u) buf[s][u] = rows[(s * 4 + u) * kRowVecs];
-  for (int g = 0; g < 8; g += 2) {
+    for (int u = 0; u < 4; ++u) buf[s][u] = *row(s * 4 + u);
+  for (int g = 0; g < kGroups; g += kStages) {
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       const int gi = g + s;
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const float4 x = buf[s][u];
-        rows[(gi * 4 + u) * kRowVecs] = make_float4(x.x * one, x.y * one, x.z * one, x.w * one);
+        *row(gi * 4 + u) = make_float4(x.x * one, x.y * one, x.z * one, x.w * one);
       }
-      if (gi + 2 < 8) {
+      if (gi + kStages < kGroups) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) buf[s][u] = rows[((gi + 2) * 4 + u) * kRowVecs];
+        for (int u = 0; u < 4; ++u) buf[s][u] = *row((gi + kStages) * 4 + u);
       }
     }
   }
@@ -268,10 +278,27 @@ CaseResult run_case(const Case& c, int B, int d,
         if (tiling.rows_per_block == -9)
           state_copy_floor_kernel<0, 1>
               <<<dim3(grid.x * 4, grid.y), 128, 0, st>>>(state, ids, rows, 0, slots, 1.0f);
-        if (tiling.rows_per_block == -10) {
+        if (tiling.rows_per_block <= -10 && tiling.rows_per_block >= -13) {
           const int head_rows = c.HV / c.H * d;  // 32 rows per warp
-          state_copy_head_kernel<<<dim3(unsigned(c.H), unsigned(B)), unsigned(head_rows), 0, st>>>(
-              state, ids, rows, head_rows, 1.0f);
+          const dim3 heads(unsigned(c.H), unsigned(B));
+          const unsigned threads = unsigned(head_rows);
+          switch (tiling.rows_per_block) {
+            case -10:
+              state_copy_head_kernel<2, false>
+                  <<<heads, threads, 0, st>>>(state, ids, rows, head_rows, 1.0f);
+              break;
+            case -11:
+              state_copy_head_kernel<2, true>
+                  <<<heads, threads, 0, st>>>(state, ids, rows, head_rows, 1.0f);
+              break;
+            case -12:
+              state_copy_head_kernel<4, false>
+                  <<<heads, threads, 0, st>>>(state, ids, rows, head_rows, 1.0f);
+              break;
+            default:
+              state_copy_head_kernel<4, true>
+                  <<<heads, threads, 0, st>>>(state, ids, rows, head_rows, 1.0f);
+          }
         }
         if (tiling.rows_per_block <= -5 && tiling.rows_per_block >= -7) {
           // in place overlapped / launch only (+ overlapped)
@@ -374,7 +401,8 @@ int main(int argc, char** argv) {
   // --sweep: every tiling; --floor: also plain copies of the same state bytes (this harness's
   // floors: in place, in place with streaming hints, out of place, clustered, overlapped; a launch
   // alone, plain and overlapped; in place with 2 or 1 x 16 bytes per thread; in place shaped as
-  // the whole-key-head tilings stream); --overlap: steps launched with
+  // the whole-key-head tilings stream, also with each warp's rows interleaved over the block
+  // (headI), 4 row groups in flight (head4), both (headI4)); --overlap: steps launched with
   // overlap_previous (rows marked +ovl); --only gdn|kda, --batch B (any B; default the five
   // of ANCHORS.md), --rows R: one slice (for a profiler); --clusters: no arrival counters.
   bool sweep = false, floor = false, overlap = false, counted = true;
@@ -424,7 +452,8 @@ int main(int argc, char** argv) {
         if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
       if (floor)
-        for (int mode : {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10}) tilings.push_back({mode, 0});
+        for (int mode : {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13})
+          tilings.push_back({mode, 0});
       const CaseResult r = run_case(c, B, 128, tilings, overlap, counted);
       const auto chosen =
           kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap, true, counted);
@@ -433,8 +462,9 @@ int main(int argc, char** argv) {
         const auto tl = is_default ? chosen : t.tiling;
         std::string name;
         if (tl.rows_per_block < 0) {
-          const char* floors[] = {"copy",   "copy.cs",    "copy.out", "copy.c16", "copy+ovl",
-                                  "launch", "launch+ovl", "copy.x2",  "copy.x1",  "copy.head"};
+          const char* floors[] = {"copy",       "copy.cs",    "copy.out",   "copy.c16", "copy+ovl",
+                                  "launch",     "launch+ovl", "copy.x2",    "copy.x1",  "copy.head",
+                                  "copy.headI", "copy.head4", "copy.headI4"};
           name = floors[-tl.rows_per_block - 1];
         } else {
           name = kernels::cuda::decode_tiling_name(tl, group, 128);
