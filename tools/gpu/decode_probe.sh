@@ -5,7 +5,9 @@
 # barrier, row update, end; point 5, after the l2 norms, went with them into the rows) and prints,
 # per ring step, ns from the step's first block start to each point (min / median / max over
 # blocks) and the gap to the previous step, then the median end of the blocks that shared their
-# SM with another block of the step against those alone on theirs (%smid, stored as point 5).
+# SM with another block of the step against those alone on theirs (%smid, stored as point 5), and
+# a "barrier" line: lane 0 of every warp records its arrival at the block barrier; per warp the
+# median lag after the block's first warp and how often it came last, and the first -> last spread.
 #   bash tools/gpu/decode_probe.sh [bench arguments...]   (default: --batch 1; add --overlap,
 #   --rows R, --only gdn|kda)
 set -uo pipefail

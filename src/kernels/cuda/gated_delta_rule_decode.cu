@@ -391,8 +391,10 @@ Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream strea
 #ifdef HYLA_DECODE_PROBE
 void decode_probe_dump(int steps, int blocks) {
   static unsigned long long h[kProbeSteps][kProbeBlocks][kProbePoints];
+  static unsigned long long hw[kProbeSteps][kProbeBlocks][kProbeWarps];
   HYLA_CUDA_CHECK(cudaDeviceSynchronize());
   HYLA_CUDA_CHECK(cudaMemcpyFromSymbol(h, g_probe, sizeof(h)));
+  HYLA_CUDA_CHECK(cudaMemcpyFromSymbol(hw, g_probe_warp, sizeof(hw)));
   // Per step: ns from the earliest block start (point 0) of the step to each point, as min /
   // median / max over the blocks; and the step's first start relative to the previous step's.
   const int n = steps < kProbeSteps ? steps : kProbeSteps;
@@ -430,11 +432,43 @@ void decode_probe_dump(int steps, int blocks) {
     auto median = [](const std::vector<long long>& v) { return v.empty() ? 0LL : v[v.size() / 2]; };
     std::printf(" | end on a shared SM: %zu blocks, median %lld; alone: %zu, median %lld\n",
                 shared.size(), median(shared), alone.size(), median(alone));
+    // The block barrier: per warp, its arrival after the block's first warp (median over the
+    // blocks), how often it was the last to arrive, and the spread first -> last warp.
+    std::vector<long long> lag[kProbeWarps], spread;
+    int last_count[kProbeWarps] = {};
+    for (int bl = 0; bl < blocks && bl < kProbeBlocks; ++bl) {
+      unsigned long long first = ~0ull, last = 0;
+      int last_warp = -1;
+      for (int w = 0; w < kProbeWarps; ++w) {
+        const unsigned long long t = hw[st][bl][w];
+        if (!t) continue;
+        if (t < first) first = t;
+        if (t >= last) last = t, last_warp = w;
+      }
+      if (last_warp < 0) continue;
+      ++last_count[last_warp];
+      spread.push_back((long long)(last - first));
+      for (int w = 0; w < kProbeWarps; ++w)
+        if (hw[st][bl][w]) lag[w].push_back((long long)(hw[st][bl][w] - first));
+    }
+    std::sort(spread.begin(), spread.end());
+    if (!spread.empty()) {
+      std::printf("           barrier: first -> last warp %lld/%lld/%lld ns; per warp lag (last):",
+                  spread.front(), median(spread), spread.back());
+      for (int w = 0; w < kProbeWarps; ++w) {
+        if (lag[w].empty()) continue;
+        std::sort(lag[w].begin(), lag[w].end());
+        std::printf(" w%d %lld (%d)", w, median(lag[w]), last_count[w]);
+      }
+      std::printf("\n");
+    }
     prev0 = t0;
     prev_end = end;
   }
   static unsigned long long zero[kProbeSteps][kProbeBlocks][kProbePoints];
   HYLA_CUDA_CHECK(cudaMemcpyToSymbol(g_probe, zero, sizeof(zero)));
+  static unsigned long long zero_warp[kProbeSteps][kProbeBlocks][kProbeWarps];
+  HYLA_CUDA_CHECK(cudaMemcpyToSymbol(g_probe_warp, zero_warp, sizeof(zero_warp)));
 }
 #endif
 

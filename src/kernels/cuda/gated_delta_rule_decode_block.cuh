@@ -34,8 +34,23 @@ __device__ __forceinline__ void probe(int slot, int point) {
   g_probe[slot % kProbeSteps][blockIdx.x][point] = t;
 }
 #define HYLA_PROBE(slot, point) probe(slot, point)
+// Lane 0 of every warp of those blocks records %globaltimer as the warp reaches the block barrier
+// (which warp the barrier waits for).
+constexpr int kProbeWarps = 16;
+__device__ unsigned long long g_probe_warp[kProbeSteps][kProbeBlocks][kProbeWarps];
+__device__ __forceinline__ void probe_warp(int slot) {
+  const int warp = int(threadIdx.x) >> 5;
+  if ((threadIdx.x & 31) != 0 || blockIdx.y != 0 || blockIdx.x >= kProbeBlocks || slot < 0 ||
+      warp >= kProbeWarps)
+    return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  g_probe_warp[slot % kProbeSteps][blockIdx.x][warp] = t;
+}
+#define HYLA_PROBE_WARP(slot) probe_warp(slot)
 #else
 #define HYLA_PROBE(slot, point) ((void)0)
+#define HYLA_PROBE_WARP(slot) ((void)0)
 #endif
 
 /// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
@@ -264,6 +279,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   if (unsigned(beta_tid) < unsigned(T * kHeads))
     s_beta[beta_tid / kHeads][beta_tid % kHeads] = sigmoid(beta_x);
   HYLA_PROBE(slot, 3);
+  HYLA_PROBE_WARP(slot);
   __syncthreads();
   HYLA_PROBE(slot, 4);  // (point 5, after the l2 norms, went with them into the rows)
   // Counted (no cluster): every thread of this block has read its q/k windows (the barrier
