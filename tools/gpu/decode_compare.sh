@@ -5,15 +5,16 @@
 # e.g. bash tools/gpu/decode_compare.sh --tests late=tools/gpu/pending/decode-late.patch \
 #        both=tools/gpu/pending/decode-deep.patch,tools/gpu/pending/decode-late.patch \
 #        -- "--overlap --batch 1" "--batch 1" "--sweep --floor --batch 1024"
-# Each NAME is this tree with its patches applied (in order) in a copy under $WORK; "main" is the
-# tree as it is. Every quoted BENCH_ARGS group is run on every tree (main first); the table rows
+# Each NAME is this tree with its patches applied (in order) in a copy under $WORK (build-trees/,
+# ignored; KEEP=1 reuses a copy made from the same patches, with its build, on a warm machine);
+# "main" is the tree as it is. Every quoted BENCH_ARGS group is run on every tree (main first); the table rows
 # are printed with the tree's name in front. --tests: also the GPU tests of every patched tree.
 # Output: $OUT/compare.txt (everything printed, with the build errors if any) and the patched
 # trees' test logs; build logs stay in $WORK.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-/tmp/hyla_out}
-WORK=${WORK:-/tmp/hyla_trees}
+WORK=${WORK:-$PWD/build-trees}  # ignored by git; kept between calls on a warm machine
 mkdir -p "$OUT" "$WORK"
 exec > >(tee "$OUT/compare.txt") 2>&1
 tests=0
@@ -35,13 +36,19 @@ trees=("main=$root")
 for v in "${variants[@]}"; do
   name=${v%%=*}
   dir=$WORK/$name
+  trees+=("$name=$dir")
+  # KEEP=1 on a warm machine: reuse a tree (and its build) made from the same patches.
+  if [[ ${KEEP:-0} == 1 && -f $dir/.patches && $(cat "$dir/.patches") == "${v#*=}" ]]; then
+    echo "$name: kept from an earlier call"
+    continue
+  fi
   rm -rf "$dir" && mkdir -p "$dir"
   tar -C "$root" --exclude='./build*' --exclude='./third_party_peer' -cf - . | tar -C "$dir" -xf -
   IFS=, read -ra patches <<< "${v#*=}"
   for p in "${patches[@]}"; do
     (cd "$dir" && git apply "$root/$p") || { echo "$name: $p does not apply"; exit 1; }
   done
-  trees+=("$name=$dir")
+  echo "${v#*=}" > "$dir/.patches"
 done
 
 build() {  # tree name, dir, targets...
