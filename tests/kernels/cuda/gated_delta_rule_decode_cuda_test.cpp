@@ -311,6 +311,15 @@ TEST(GatedDeltaRuleDecodeCudaTest, LargeBatchMatchesCpu) {
   }
 }
 
+/// The geometries every tiling is tried on: cluster sizes 1 to 16, blocks inside one value head and
+/// blocks spanning several (GVA 1:1, 2:1 and 4:1), both head dims, both pool dtypes.
+const DecodeCase kTilingCases[] = {
+    {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128, .pool = kF32},
+    {.gate = DecodeGate::kKdaSafe, .H = 2, .HV = 2, .d_k = 128, .d_v = 128, .pool = kBF16},
+    {.gate = DecodeGate::kKda, .H = 1, .HV = 4, .d_k = 64, .d_v = 64, .pool = kF32},
+    {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
+};
+
 TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
   // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
@@ -319,13 +328,7 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
   uint32_t n = 0, runs = 0;
-  const DecodeCase cases[] = {
-      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128, .pool = kF32},
-      {.gate = DecodeGate::kKdaSafe, .H = 2, .HV = 2, .d_k = 128, .d_v = 128, .pool = kBF16},
-      {.gate = DecodeGate::kKda, .H = 1, .HV = 4, .d_k = 64, .d_v = 64, .pool = kF32},
-      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
-  };
-  for (const DecodeCase& c : cases) {
+  for (const DecodeCase& c : kTilingCases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
       // The bulk and warp tilings are decode-only (T = 1; verify with one token included).
@@ -340,18 +343,12 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
 
 TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
   // GatedDeltaRuleDecodeParams::arrivals: every block tiling of several blocks per key head (the
-  // ones that use the counters) on the geometries of EveryTilingMatchesCpu, plus the entry's
+  // ones that use the counters) on kTilingCases, plus the entry's
   // choice at B = 1 (with a padding slot among B = 3 too), plain and overlapped.
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
   uint32_t n = 0, runs = 0;
-  const DecodeCase cases[] = {
-      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128, .pool = kF32},
-      {.gate = DecodeGate::kKdaSafe, .H = 2, .HV = 2, .d_k = 128, .d_v = 128, .pool = kBF16},
-      {.gate = DecodeGate::kKda, .H = 1, .HV = 4, .d_k = 64, .d_v = 64, .pool = kF32},
-      {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
-  };
-  for (const DecodeCase& c : cases) {
+  for (const DecodeCase& c : kTilingCases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (t.kernel != cuda::DecodeKernel::kBlock ||
           cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) < 2)
