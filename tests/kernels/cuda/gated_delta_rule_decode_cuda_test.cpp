@@ -195,20 +195,21 @@ void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t
   }
 }
 
-/// Two decode steps in a row on the GPU with the key heads' arrival counters (all zero at the
-/// start), with `tiling` (nullopt: the entry's choice), against two steps on the CPU: outputs and
+/// Two decode steps of T tokens each (committed) in a row on the GPU with the key heads' arrival
+/// counters (all zero at the start), with `tiling` (nullopt: the entry's choice), against two
+/// steps on the CPU: outputs and
 /// both pools after each step (the second step reads the q/k windows that the first step's last
 /// block advanced, and advances them only if the counters were reset) and every counter back at
 /// zero.
-void expect_counted_matches_cpu(const DecodeCase& c, int64_t B, uint32_t seed,
+void expect_counted_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed,
                                 std::optional<cuda::DecodeTiling> tiling, bool overlap = false) {
   SCOPED_TRACE(str_cat(
-      c.name(), "_B", B, overlap ? " overlapped" : "", " seed ", seed,
+      c.name(), "_B", B, "_T", T, overlap ? " overlapped" : "", " seed ", seed,
       tiling ? str_cat(" tiling ", cuda::decode_tiling_name(*tiling, c.HV / c.H, c.d_v)) : ""));
   std::mt19937 rng(seed);
   const std::vector<int32_t> slots = random_slots(B, rng);
   SCOPED_TRACE(str_cat("slots ", list_string(slots)));
-  const DecodeTensors host = testing::make_decode_tensors(c, B, /*T=*/1, slots, B + 3, rng);
+  const DecodeTensors host = testing::make_decode_tensors(c, B, T, slots, B + 3, rng);
   DecodeTensors cpu = host.to(Device::cpu()), gpu = host.to(Device::cuda());
   const Tensor zeros = Tensor::zeros({B, c.H}, DType::kI32);
   const Tensor arrivals = zeros.to(Device::cuda());
@@ -343,7 +344,7 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
 
 TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
   // GatedDeltaRuleDecodeParams::arrivals: every block tiling of several blocks per key head (the
-  // ones that use the counters) on kTilingCases, plus the entry's
+  // ones that use the counters) on kTilingCases, one and three tokens per step, plus the entry's
   // choice at B = 1 (with a padding slot among B = 3 too), plain and overlapped.
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
@@ -353,12 +354,12 @@ TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
       if (t.kernel != cuda::DecodeKernel::kBlock ||
           cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) < 2)
         continue;
-      expect_counted_matches_cpu(c, /*B=*/3, seed + n++, t);
+      for (int64_t T : {1, 3}) expect_counted_matches_cpu(c, /*B=*/3, T, seed + n++, t);
       ++runs;
     }
     for (int64_t B : {1, 3})
       for (bool overlap : {false, true})
-        expect_counted_matches_cpu(c, B, seed + n++, std::nullopt, overlap);
+        expect_counted_matches_cpu(c, B, /*T=*/1, seed + n++, std::nullopt, overlap);
   }
   EXPECT_EQ(runs, 30u) << "not the block tilings of 2 to 16 blocks per key head of these cases";
 }
