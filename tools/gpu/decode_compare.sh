@@ -58,15 +58,29 @@ build() {  # tree name, dir, targets...
     -DCMAKE_CUDA_ARCHITECTURES=90a > "$WORK/$name.configure.log" 2>&1 &&
     cmake --build "$dir/build-gpu" -j 16 --target "$@" > "$WORK/$name.build.log" 2>&1
 }
+# All trees at once: a tree's build is bound by its one or two largest CUDA units, so side by side
+# they take about as long as one.
 start=$SECONDS
+pids=()
 for t in "${trees[@]}"; do
   name=${t%%=*} dir=${t#*=}
   targets=(hyla_bench_gated_delta_rule_decode)
   [[ $tests == 1 && $name != main ]] && targets+=(hyla_gpu_tests)
-  build "$name" "$dir" "${targets[@]}" ||
-    { echo "$name: build failed"; grep -E "error" -A5 "$WORK/$name.build.log" | head -40; exit 1; }
-  echo "$name: built ($((SECONDS - start)) s)"
+  build "$name" "$dir" "${targets[@]}" &
+  pids+=($!)
 done
+failed=0
+for i in "${!trees[@]}"; do
+  name=${trees[$i]%%=*}
+  if wait "${pids[$i]}"; then
+    echo "$name: built ($((SECONDS - start)) s)"
+  else
+    echo "$name: build failed"
+    grep -E "error" -A5 "$WORK/$name.build.log" | head -40
+    failed=1
+  fi
+done
+[[ $failed == 0 ]] || exit 1
 if [[ $tests == 1 ]]; then
   for t in "${trees[@]:1}"; do
     name=${t%%=*} dir=${t#*=}
