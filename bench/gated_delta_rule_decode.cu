@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -150,6 +151,11 @@ __global__ void state_copy_head_kernel(float4* state, const int32_t* slots, int6
   }
 }
 
+/// The copy floors by name: floor i (from 1) is timed as the tiling {-i, 0} (run_case's `step`).
+constexpr const char* kFloorNames[] = {
+    "copy",    "copy.cs", "copy.out",  "copy.c16",   "copy+ovl",   "launch",     "launch+ovl",
+    "copy.x2", "copy.x1", "copy.head", "copy.headI", "copy.head4", "copy.headI4"};
+
 struct Timing {
   kernels::cuda::DecodeTiling tiling;  ///< rows_per_block 0 = the entry's own choice
   double us, gbps;
@@ -260,7 +266,7 @@ CaseResult run_case(const Case& c, int B, int d,
   variants.insert(variants.end(), sweep.begin(), sweep.end());
   for (const kernels::cuda::DecodeTiling tiling : variants) {
     auto step = [&](Stream s) {
-      if (tiling.rows_per_block < 0) {  // a copy floor (names: `floors` in main)
+      if (tiling.rows_per_block < 0) {  // a copy floor (kFloorNames)
         const dim3 grid(unsigned(c.HV * d / 16), unsigned(B));
         const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
         float4* state = static_cast<float4*>(d_state.view().raw());
@@ -452,8 +458,7 @@ int main(int argc, char** argv) {
         if (sweep || (only_rows != 0 && t.rows_per_block == only_rows)) tilings.push_back(t);
       }
       if (floor)
-        for (int mode : {-1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12, -13})
-          tilings.push_back({mode, 0});
+        for (int i = 1; i <= int(std::size(kFloorNames)); ++i) tilings.push_back({-i, 0});
       const CaseResult r = run_case(c, B, 128, tilings, overlap, counted);
       const auto chosen =
           kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap, true, counted);
@@ -462,10 +467,7 @@ int main(int argc, char** argv) {
         const auto tl = is_default ? chosen : t.tiling;
         std::string name;
         if (tl.rows_per_block < 0) {
-          const char* floors[] = {"copy",       "copy.cs",    "copy.out",   "copy.c16", "copy+ovl",
-                                  "launch",     "launch+ovl", "copy.x2",    "copy.x1",  "copy.head",
-                                  "copy.headI", "copy.head4", "copy.headI4"};
-          name = floors[-tl.rows_per_block - 1];
+          name = kFloorNames[-tl.rows_per_block - 1];
         } else {
           name = kernels::cuda::decode_tiling_name(tl, group, 128);
         }

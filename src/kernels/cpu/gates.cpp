@@ -24,8 +24,8 @@ void gdn_gate(const GdnGateParams& p) {
           // per value head: g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b)
           for (int64_t h = 0; h < HV; ++h) {
             const float decay_rate = std::exp(A_log[h]);
-            g[t * p.g.stride(0) + h] =
-                -decay_rate * softplus(load_f32(a + t * p.a.stride(0) + h) + dt_bias[h]);
+            g[t * p.g.stride(0) + h] = gate_log_decay(
+                decay_rate, load_f32(a + t * p.a.stride(0) + h) + dt_bias[h], false, 0.0f);
             beta[t * p.beta.stride(0) + h] = sigmoid(load_f32(b + t * p.b.stride(0) + h));
           }
         }
@@ -49,17 +49,13 @@ void kda_gate(const KdaGateParams& p) {
           const TF* f_row = f + t * p.f.stride(0) + h * p.f.stride(1);
           const float* bias_row = dt_bias + h * dt_bias_stride_h;
           float* g_row = g + t * p.g.stride(0) + h * p.g.stride(1);
-          if (p.lower_bound) {
-            // safe gate: g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias)), in [lower_bound, 0]
-            const float lower_bound = *p.lower_bound;
-            for (int64_t i_k = 0; i_k < d_k; ++i_k)
-              g_row[i_k] =
-                  lower_bound * sigmoid(decay_rate * (load_f32(f_row + i_k) + bias_row[i_k]));
-          } else {
-            // plain gate: g = -exp(A_log) * softplus(f + dt_bias), in (-inf, 0]
-            for (int64_t i_k = 0; i_k < d_k; ++i_k)
-              g_row[i_k] = -decay_rate * softplus(load_f32(f_row + i_k) + bias_row[i_k]);
-          }
+          // plain gate: g = -exp(A_log) * softplus(f + dt_bias), in (-inf, 0]; safe gate:
+          // g = lower_bound * sigmoid(exp(A_log) * (f + dt_bias)), in [lower_bound, 0]
+          const bool safe = p.lower_bound.has_value();
+          const float lower_bound = p.lower_bound.value_or(0.0f);
+          for (int64_t i_k = 0; i_k < d_k; ++i_k)
+            g_row[i_k] = gate_log_decay(decay_rate, load_f32(f_row + i_k) + bias_row[i_k], safe,
+                                        lower_bound);
         }
       }
     });

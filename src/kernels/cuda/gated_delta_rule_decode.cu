@@ -395,6 +395,7 @@ void decode_probe_dump(int steps, int blocks) {
   HYLA_CUDA_CHECK(cudaDeviceSynchronize());
   HYLA_CUDA_CHECK(cudaMemcpyFromSymbol(h, g_probe, sizeof(h)));
   HYLA_CUDA_CHECK(cudaMemcpyFromSymbol(hw, g_probe_warp, sizeof(hw)));
+  auto median = [](const std::vector<long long>& v) { return v.empty() ? 0LL : v[v.size() / 2]; };
   // Per step: ns from the earliest block start (point 0) of the step to each point, as min /
   // median / max over the blocks; and the step's first start relative to the previous step's.
   const int n = steps < kProbeSteps ? steps : kProbeSteps;
@@ -416,7 +417,7 @@ void decode_probe_dump(int steps, int blocks) {
         if (h[st][bl][pt]) v.push_back((long long)(h[st][bl][pt] - t0));
       if (v.empty()) continue;
       std::sort(v.begin(), v.end());
-      std::printf(" | p%d %lld/%lld/%lld", pt, v.front(), v[v.size() / 2], v.back());
+      std::printf(" | p%d %lld/%lld/%lld", pt, v.front(), median(v), v.back());
     }
     // Blocks that shared their SM with another block of this step against those alone there:
     // median end (point 7).
@@ -429,7 +430,6 @@ void decode_probe_dump(int steps, int blocks) {
       (on_sm > 1 ? shared : alone).push_back((long long)(h[st][bl][7] - t0));
     }
     for (auto* v : {&shared, &alone}) std::sort(v->begin(), v->end());
-    auto median = [](const std::vector<long long>& v) { return v.empty() ? 0LL : v[v.size() / 2]; };
     std::printf(" | end on a shared SM: %zu blocks, median %lld; alone: %zu, median %lld\n",
                 shared.size(), median(shared), alone.size(), median(alone));
     // The block barrier: per warp, its arrival after the block's first warp (median over the
@@ -465,10 +465,11 @@ void decode_probe_dump(int steps, int blocks) {
     prev0 = t0;
     prev_end = end;
   }
-  static unsigned long long zero[kProbeSteps][kProbeBlocks][kProbePoints];
-  HYLA_CUDA_CHECK(cudaMemcpyToSymbol(g_probe, zero, sizeof(zero)));
-  static unsigned long long zero_warp[kProbeSteps][kProbeBlocks][kProbeWarps];
-  HYLA_CUDA_CHECK(cudaMemcpyToSymbol(g_probe_warp, zero_warp, sizeof(zero_warp)));
+  void* at = nullptr;  // both timelines back to zero for the next dump
+  HYLA_CUDA_CHECK(cudaGetSymbolAddress(&at, g_probe));
+  HYLA_CUDA_CHECK(cudaMemset(at, 0, sizeof(h)));
+  HYLA_CUDA_CHECK(cudaGetSymbolAddress(&at, g_probe_warp));
+  HYLA_CUDA_CHECK(cudaMemset(at, 0, sizeof(hw)));
 }
 #endif
 

@@ -215,11 +215,17 @@ __global__ void __launch_bounds__(32 * kWarps)
     load_inputs();
   }
 
-  // 2. The key head's 2 d_k q/k channels (every block of the cluster computes all of them; their
-  // windows are advanced by rank 0 once every block has read them, or at once without a cluster)
-  // and this block's v channels (its alone: advanced at once). Every window is loaded before the
-  // first window store.
+  // 2. The key head's 2 d_k q/k channels (every block of the key head computes all of them; their
+  // windows are advanced at once by a block that is the whole key head, else once every block has
+  // read them: see 6) and this block's v channels (its alone: advanced at once). Every window is
+  // loaded before the first window store.
   float qk_next[kQkPerThread][kMaxK - 1], v_next[kVPerThread][kMaxK - 1];
+  auto store_qk_windows = [&] {
+#pragma unroll
+    for (int i = 0; i < kQkPerThread; ++i)
+      if (tid + i * kThreads < 2 * kDk)
+        store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
+  };
   // One channel: its window (plain: loaded here), conv + SiLU into column col of the shared
   // [kT][..] array out, the advanced window into next.
   auto conv_to_shared = [&](int64_t ch, ConvIn<kT>& in, auto& out, int col,
@@ -245,23 +251,19 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
     for (int i = 0; i < kVPerThread; ++i)
       if (v_ok(i)) store_window(p, slot, v_channel(v_item(i)), v_next[i]);
-    if (p.cluster == 1) {
-#pragma unroll
-      for (int i = 0; i < kQkPerThread; ++i)
-        if (tid + i * kThreads < 2 * kDk)
-          store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
-    }
+    if (p.cluster == 1) store_qk_windows();
   }
   // Every q/k window this block reads has been read: rank 0 may overwrite them after the wait.
   // Relaxed (no release fence: with it, ptxas emits MEMBAR.ALL.GPU, which waits for the state
   // loads in flight): the reads are complete already, since every window value has gone into a
   // conv output stored to shared memory above, which no instruction can do before its load returns.
   const bool counted = p.cluster > 1 && p.arrivals != nullptr;
-  if (p.cluster > 1 && !counted)
+  if (p.cluster > 1 && !counted) {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  }
 
-    // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
-    // beta = sigmoid(b).
+  // 3. Gates (fp32) of the block's value heads: GDN one decay per token, KDA one per key channel;
+  // beta = sigmoid(b).
 #pragma unroll
   for (int n = 0; n < kGateItems; ++n) {
     if constexpr (kKda) {
@@ -348,21 +350,13 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (tid == 0) s_last = arrived == unsigned(p.cluster - 1);
       __syncthreads();
       if (s_last) {
-#pragma unroll
-        for (int i = 0; i < kQkPerThread; ++i)
-          if (tid + i * kThreads < 2 * kDk)
-            store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
+        store_qk_windows();
         if (tid == 0) *arrival = 0;
       }
     }
   } else if (p.cluster > 1) {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    if (p.commit && rank == 0) {
-#pragma unroll
-      for (int i = 0; i < kQkPerThread; ++i)
-        if (tid + i * kThreads < 2 * kDk)
-          store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
-    }
+    if (p.commit && rank == 0) store_qk_windows();
   }
   HYLA_PROBE(slot, 7);
 }
