@@ -8,7 +8,7 @@
 # Each NAME is this tree with its patches applied (in order) in a copy under $WORK (build-trees/,
 # ignored; KEEP=1 reuses a copy made from the same patches, with its build, on a warm machine);
 # "main" is the tree as it is. Every quoted BENCH_ARGS group is run on every tree (main first); the table rows
-# are printed with the tree's name in front. --tests: also the GPU tests of every patched tree.
+# are printed with the tree's name in front. --tests: also the GPU tests of every tree, main included.
 # Output: $OUT/compare.txt (everything printed, with the build errors if any) and the patched
 # trees' test logs; build logs stay in $WORK.
 set -uo pipefail
@@ -51,12 +51,18 @@ for v in "${variants[@]}"; do
   echo "${v#*=}" > "$dir/.patches"
 done
 
+# PROBE=1: the diagnostic build (-DHYLA_DECODE_PROBE, see decode_probe.sh) in build-probe/, its
+# timeline lines printed with the table rows.
+bdir=build-gpu probe_flags=() keep='^\| (GDN|KDA)'
+if [[ ${PROBE:-0} == 1 ]]; then
+  bdir=build-probe probe_flags=(-DCMAKE_CUDA_FLAGS=-DHYLA_DECODE_PROBE) keep='^\| (GDN|KDA)|barrier|^probe'
+fi
 build() {  # tree name, dir, targets...
   local name=$1 dir=$2
   shift 2
-  cmake -S "$dir" -B "$dir/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a > "$WORK/$name.configure.log" 2>&1 &&
-    cmake --build "$dir/build-gpu" -j 16 --target "$@" > "$WORK/$name.build.log" 2>&1
+  cmake -S "$dir" -B "$dir/$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a ${probe_flags[@]+"${probe_flags[@]}"} > "$WORK/$name.configure.log" 2>&1 &&
+    cmake --build "$dir/$bdir" -j 16 --target "$@" > "$WORK/$name.build.log" 2>&1
 }
 # All trees at once: a tree's build is bound by its one or two largest CUDA units, so side by side
 # they take about as long as one.
@@ -65,7 +71,7 @@ pids=()
 for t in "${trees[@]}"; do
   name=${t%%=*} dir=${t#*=}
   targets=(hyla_bench_gated_delta_rule_decode)
-  [[ $tests == 1 && $name != main ]] && targets+=(hyla_gpu_tests)
+  [[ $tests == 1 ]] && targets+=(hyla_gpu_tests)
   build "$name" "$dir" "${targets[@]}" &
   pids+=($!)
 done
@@ -82,10 +88,10 @@ for i in "${!trees[@]}"; do
 done
 [[ $failed == 0 ]] || exit 1
 if [[ $tests == 1 ]]; then
-  for t in "${trees[@]:1}"; do
+  for t in "${trees[@]}"; do
     name=${t%%=*} dir=${t#*=}
     echo "== $name: GPU tests"
-    (cd "$dir/build-gpu" && ctest -L gpu --output-on-failure -j 4 > "$OUT/tests_$name.log" 2>&1)
+    (cd "$dir/$bdir" && ctest -L gpu --output-on-failure -j 4 > "$OUT/tests_$name.log" 2>&1)
     grep -E "tests passed|Failed|FAILED" "$OUT/tests_$name.log" | head -20
   done
 fi
@@ -94,7 +100,7 @@ for g in "${groups[@]}"; do
   for t in "${trees[@]}"; do
     name=${t%%=*} dir=${t#*=}
     # shellcheck disable=SC2086  # the group is a list of arguments
-    "$dir/build-gpu/bin/hyla_bench_gated_delta_rule_decode" $g /tmp/compare.jsonl |
-      grep -E '^\| (GDN|KDA)' | sed "s/^/$name /"
+    "$dir/$bdir/bin/hyla_bench_gated_delta_rule_decode" $g /tmp/compare.jsonl |
+      grep -E "$keep" | sed "s/^/$name /"
   done
 done

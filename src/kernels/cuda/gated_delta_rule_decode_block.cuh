@@ -139,13 +139,15 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
   // KDA: thread tid takes (t, head, channel) items tid, tid + kThreads, ...; GDN: item gate_tid =
   // (t, head). Gate argument x = gate input + dt_bias; A = exp(A_log), computed at once (off the
-  // chain after the inputs).
+  // chain after the inputs). Gate input and beta held as loaded (load_bits), converted in 3.
   constexpr int kGateItems = kKda ? (kT * kHeads * kDk + kThreads - 1) / kThreads : 1;
-  float gate_in[kGateItems], gate_bias[kGateItems], gate_A[kGateItems], beta_x = 0.0f;
+  float gate_bias[kGateItems], gate_A[kGateItems];
+  uint32_t gate_in[kGateItems], beta_in = 0u;
   int64_t gate_at[kGateItems];  // element of a, -1 = none
 #pragma unroll
   for (int n = 0; n < kGateItems; ++n) {
-    gate_in[n] = gate_bias[n] = gate_A[n] = 0.0f;
+    gate_bias[n] = gate_A[n] = 0.0f;
+    gate_in[n] = 0u;
     gate_at[n] = -1;
     if constexpr (kKda) {
       const int i = tid + n * kThreads;
@@ -153,28 +155,22 @@ __global__ void __launch_bounds__(32 * kWarps)
         const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
         const int hv = hv0 + h;
         gate_at[n] = ((int64_t(b) * T + t) * p.HV + hv) * kDk + c;
-        if constexpr (kOverlap) {
-          gate_bias[n] = p.dt_bias[hv * kDk + c];
-        } else {  // the bias folded in at once (gate_bias stays 0)
-          gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv * kDk + c];
-        }
+        gate_bias[n] = p.dt_bias[hv * kDk + c];
+        if constexpr (!kOverlap) gate_in[n] = load_bits(p.a, p.a_bf16, gate_at[n]);
         gate_A[n] = expf(p.A_log[hv]);
       }
     } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
       const int hv = hv0 + gate_tid % kHeads;
       gate_at[n] = (int64_t(b) * T + gate_tid / kHeads) * p.HV + hv;
-      if constexpr (kOverlap) {
-        gate_bias[n] = p.dt_bias[hv];
-      } else {
-        gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]) + p.dt_bias[hv];
-      }
+      gate_bias[n] = p.dt_bias[hv];
+      if constexpr (!kOverlap) gate_in[n] = load_bits(p.a, p.a_bf16, gate_at[n]);
       gate_A[n] = expf(p.A_log[hv]);
     }
   }
   auto load_beta = [&] {
     if (unsigned(beta_tid) < unsigned(T * kHeads))
-      beta_x = load_any(p.b, p.b_bf16,
-                        (int64_t(b) * T + beta_tid / kHeads) * p.HV + hv0 + beta_tid % kHeads);
+      beta_in = load_bits(p.b, p.b_bf16,
+                          (int64_t(b) * T + beta_tid / kHeads) * p.HV + hv0 + beta_tid % kHeads);
   };
   if constexpr (!kOverlap) load_beta();
   auto load_inputs = [&] {  // overlapped: after griddepcontrol.wait
@@ -187,12 +183,12 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (v_ok(i)) load_conv_inputs(p, b, T, v_channel(v_item(i)), v_in[i]);
 #pragma unroll
     for (int n = 0; n < kGateItems; ++n)
-      if (gate_at[n] >= 0) gate_in[n] = load_any(p.a, p.a_bf16, gate_at[n]);
+      if (gate_at[n] >= 0) gate_in[n] = load_bits(p.a, p.a_bf16, gate_at[n]);
     load_beta();
   };
   if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
 
-  // 1. The first kStages row groups' loads (overlapped: also the conv windows, then the wait).
+  // 1. The first kStages row groups' loads and the conv windows (overlapped: then the wait).
   Ts* const rows_ptr =
       static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + warp_rows) * kDk + lane * kPerLane;
   float buf[kStages][kGroup][kPerLane];
@@ -201,14 +197,14 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
     for (int u = 0; u < kGroup; ++u)
       RowFragment<Ts, kPerLane>::load(rows_ptr + (s * kGroup + u) * kDk, buf[s][u]);
-  if constexpr (kOverlap) {  // the windows too, then wait (plain: each window just before use)
 #pragma unroll
-    for (int i = 0; i < kQkPerThread; ++i)
-      if (tid + i * kThreads < 2 * kDk)
-        load_conv_window(p, slot, qk_channel(tid + i * kThreads), qk_in[i]);
+  for (int i = 0; i < kQkPerThread; ++i)
+    if (tid + i * kThreads < 2 * kDk)
+      load_conv_window(p, slot, qk_channel(tid + i * kThreads), qk_in[i]);
 #pragma unroll
-    for (int i = 0; i < kVPerThread; ++i)
-      if (v_ok(i)) load_conv_window(p, slot, v_channel(v_item(i)), v_in[i]);
+  for (int i = 0; i < kVPerThread; ++i)
+    if (v_ok(i)) load_conv_window(p, slot, v_channel(v_item(i)), v_in[i]);
+  if constexpr (kOverlap) {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
     trigger_dependents(p, 1);
     HYLA_PROBE(slot, 2);
@@ -226,12 +222,11 @@ __global__ void __launch_bounds__(32 * kWarps)
       if (tid + i * kThreads < 2 * kDk)
         store_window(p, slot, qk_channel(tid + i * kThreads), qk_next[i]);
   };
-  // One channel: its window (plain: loaded here), conv + SiLU into column col of the shared
-  // [kT][..] array out, the advanced window into next.
+  // One channel: conv + SiLU into column col of the shared [kT][..] array out, the advanced window
+  // into next.
   auto conv_to_shared = [&](int64_t ch, ConvIn<kT>& in, auto& out, int col,
                             float(&next)[kMaxK - 1]) {
     float y[kT];
-    if constexpr (!kOverlap) load_conv_window(p, slot, ch, in);
     conv_apply(p, T, in, y, next);
 #pragma unroll
     for (int t = 0; t < kT; ++t)
@@ -269,17 +264,18 @@ __global__ void __launch_bounds__(32 * kWarps)
     if constexpr (kKda) {
       const int i = tid + n * kThreads;
       if (i < T * kHeads * kDk) {
-        const float g =
-            gate_log_decay(gate_A[n], gate_in[n] + gate_bias[n], p.safe_gate, p.lower_bound);
+        const float x = bits_to_float(gate_in[n], p.a_bf16) + gate_bias[n];
+        const float g = gate_log_decay(gate_A[n], x, p.safe_gate, p.lower_bound);
         s_decay[i / (kHeads * kDk)][(i / kDk) % kHeads][i % kDk] = expf(g);
       }
     } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
+      const float x = bits_to_float(gate_in[n], p.a_bf16) + gate_bias[n];
       s_gdn_decay[gate_tid / kHeads][gate_tid % kHeads] =
-          expf(gate_log_decay(gate_A[n], gate_in[n] + gate_bias[n], false, 0.0f));
+          expf(gate_log_decay(gate_A[n], x, false, 0.0f));
     }
   }
   if (unsigned(beta_tid) < unsigned(T * kHeads))
-    s_beta[beta_tid / kHeads][beta_tid % kHeads] = sigmoid(beta_x);
+    s_beta[beta_tid / kHeads][beta_tid % kHeads] = sigmoid(bits_to_float(beta_in, p.b_bf16));
   HYLA_PROBE(slot, 3);
   HYLA_PROBE_WARP(slot);
   __syncthreads();

@@ -132,13 +132,15 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
       s_decay[h][c] = expf(gate_log_decay(a_scale, f, p.safe_gate, p.lower_bound));
     }
   }
-  if (tid < p.group) {
+  if (tid < p.group) {  // both loads in flight before either is used (load_bits)
     const int hv = hv0 + tid;
+    const uint32_t beta_in = load_bits(p.b, p.b_bf16, int64_t(b) * p.HV + hv);
     if constexpr (!kKda) {
-      const float x = load_any(p.a, p.a_bf16, int64_t(b) * p.HV + hv) + p.dt_bias[hv];
+      const uint32_t a_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.HV + hv);
+      const float x = bits_to_float(a_in, p.a_bf16) + p.dt_bias[hv];
       s_gdn_decay[tid] = expf(gate_log_decay(expf(p.A_log[hv]), x, false, 0.0f));
     }
-    s_beta[tid] = sigmoid(load_any(p.b, p.b_bf16, int64_t(b) * p.HV + hv));
+    s_beta[tid] = sigmoid(bits_to_float(beta_in, p.b_bf16));
   }
   __syncthreads();
 

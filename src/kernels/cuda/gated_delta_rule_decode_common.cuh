@@ -65,7 +65,26 @@ __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
-/// Element i of an f32 or bf16 array.
+/// Element i of an f32 or bf16 array as loaded: its 32 bits, or the bf16's 16 in the low half;
+/// bits_to_float makes it a float where it is used. Loads whose values are converted later stay in
+/// flight together: load_any's conversion sits in its dtype branch right after the load, where the
+/// warp waits for the value, so that a thread's loads through load_any take one round trip each
+/// (SASS of the block step: a v thread's input, window, gate and beta loads in turn). Both loads
+/// predicated into one register, so no conversion can be placed beside them.
+__device__ __forceinline__ uint32_t load_bits(const void* p, bool is_bf16, int64_t i) {
+  const char* at = static_cast<const char*>(p) + (is_bf16 ? 2 * i : 4 * i);
+  uint32_t bits;
+  asm("{\n\t.reg .pred bf;\n\tsetp.ne.b32 bf, %1, 0;\n\t@bf ld.global.u16 %0, [%2];\n\t"
+      "@!bf ld.global.b32 %0, [%2];\n\t}"
+      : "=r"(bits)
+      : "r"(int(is_bf16)), "l"(at)
+      : "memory");
+  return bits;
+}
+__device__ __forceinline__ float bits_to_float(uint32_t bits, bool is_bf16) {
+  return __uint_as_float(is_bf16 ? bits << 16 : bits);
+}
+/// Element i of an f32 or bf16 array (converted at once: see load_bits).
 __device__ __forceinline__ float load_any(const void* p, bool is_bf16, int64_t i) {
   return is_bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
                  : static_cast<const float*>(p)[i];
@@ -136,12 +155,13 @@ struct RowFragment<uint16_t, 2> {
 /// What one conv channel reads: the K weights (zero-padded on the old side to kMaxK, so every
 /// register index is a compile-time constant), the T new inputs and the K-1 window entries. The
 /// three are loaded separately: weights are constants, inputs are indexed by the sequence row (a
-/// kernel can load them before its slot id has arrived), the window by the slot.
+/// kernel can load them before its slot id has arrived), the window by the slot. Inputs and window
+/// are held as loaded (load_bits), converted in conv_apply.
 template <int kT>
 struct ConvIn {
   float w[kMaxK];
-  float x[kT];
-  float win[kMaxK - 1];
+  uint32_t x[kT];
+  uint32_t win[kMaxK - 1];
 };
 template <int kT>
 __device__ __forceinline__ void load_conv_weights(const StepArgs& p, int64_t ch, ConvIn<kT>& in) {
@@ -154,7 +174,7 @@ __device__ __forceinline__ void load_conv_inputs(const StepArgs& p, int b, int T
                                                  ConvIn<kT>& in) {
 #pragma unroll
   for (int t = 0; t < kT; ++t)
-    in.x[t] = t < T ? load_any(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0.0f;
+    in.x[t] = t < T ? load_bits(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0u;
 }
 template <int kT>
 __device__ __forceinline__ void load_conv_window(const StepArgs& p, int slot, int64_t ch,
@@ -163,7 +183,7 @@ __device__ __forceinline__ void load_conv_window(const StepArgs& p, int slot, in
   const int64_t window = (int64_t(slot) * p.conv_dim + ch) * (p.K - 1);
 #pragma unroll
   for (int j = 0; j < kMaxK - 1; ++j)
-    in.win[j] = j >= pad ? load_any(p.conv_state, p.conv_bf16, window + (j - pad)) : 0.0f;
+    in.win[j] = j >= pad ? load_bits(p.conv_state, p.conv_bf16, window + (j - pad)) : 0u;
 }
 /// Weights and inputs.
 template <int kT>
@@ -182,9 +202,9 @@ __device__ __forceinline__ void conv_apply(const StepArgs& p, int T, const ConvI
   constexpr int kLen = kMaxK - 1 + kT;
   float seq[kLen];
 #pragma unroll
-  for (int j = 0; j < kMaxK - 1; ++j) seq[j] = in.win[j];
+  for (int j = 0; j < kMaxK - 1; ++j) seq[j] = bits_to_float(in.win[j], p.conv_bf16);
 #pragma unroll
-  for (int t = 0; t < kT; ++t) seq[kMaxK - 1 + t] = in.x[t];
+  for (int t = 0; t < kT; ++t) seq[kMaxK - 1 + t] = bits_to_float(in.x[t], p.qkv_bf16);
 #pragma unroll
   for (int t = 0; t < kT; ++t) {
     float acc = 0.0f;
