@@ -281,16 +281,17 @@ __global__ void __launch_bounds__(32 * kWarps)
   __syncthreads();
   HYLA_PROBE(slot, 4);  // (point 5, after the l2 norms, went with them into the rows)
   // Counted (no cluster): every thread of this block has read its q/k windows (the barrier
-  // above); one arrival for the block, relaxed for the same reason as the cluster arrival. Inline
-  // PTX: atomicAdd here is compiled as a warp-aggregated atomic whose result is shuffled at once,
-  // which stalls warp 0 for the atomic's round trip before its rows; the count is needed only at
-  // the end.
-  unsigned* const arrival = counted ? p.arrivals + int64_t(b) * p.H + kh : nullptr;
+  // above); one arrival for the block, relaxed for the same reason as the cluster arrival. An
+  // increment that wraps to 0 at the last arrival (atom.inc with limit p.cluster - 1), so that the
+  // counter is left at zero for the next call. Not an add: ptxas compiles an add, inline PTX or
+  // not, as a warp-aggregated atomic whose result is shuffled at once, which stalls warp 0 for the
+  // atomic's round trip before its rows (SASS: VOTEU / POPC / SHFL.IDX after the ATOMG); the count
+  // is needed only at the end.
   unsigned arrived = 0;
   if (counted && p.commit && tid == 0)
-    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
+    asm volatile("atom.relaxed.gpu.global.inc.u32 %0, [%1], %2;"
                  : "=r"(arrived)
-                 : "l"(arrival)
+                 : "l"(p.arrivals + int64_t(b) * p.H + kh), "r"(unsigned(p.cluster - 1))
                  : "memory");
 
   // 5. Row groups, one token at a time (delta_rule_rows: the l2 norms folded into the first warp
@@ -337,18 +338,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 
   HYLA_PROBE(slot, 6);
-  // 6. Counted: the key head's last block to arrive advances its q/k windows (every other block
-  // has read them) and resets the counter for the next call. Cluster: once every block has read
+  // 6. Counted: the key head's last block to arrive (its increment wrapped the counter to zero)
+  // advances its q/k windows: every other block has read them. Cluster: once every block has read
   // the q/k windows, rank 0 advances them.
   if (counted) {
     if (p.commit) {
       __shared__ bool s_last;
       if (tid == 0) s_last = arrived == unsigned(p.cluster - 1);
       __syncthreads();
-      if (s_last) {
-        store_qk_windows();
-        if (tid == 0) *arrival = 0;
-      }
+      if (s_last) store_qk_windows();
     }
   } else if (p.cluster > 1) {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");

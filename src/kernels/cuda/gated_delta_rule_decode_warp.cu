@@ -55,6 +55,42 @@ __device__ __forceinline__ void load_vec(const void* p, bool is_bf16, int64_t i,
     }
   }
 }
+/// The same as loaded: kN words, f32 bits, or bf16 pairs packed (the one bf16 of kN = 1 in the low
+/// half); vec_to_float converts them where they are used (see load_bits: the loads stay in flight
+/// together).
+template <int kN>
+__device__ __forceinline__ void load_vec_bits(const void* p, bool is_bf16, int64_t i,
+                                              uint32_t (&w)[kN]) {
+  static_assert(kN == 1 || kN == 2 || kN == 4);
+  const char* at = static_cast<const char*>(p) + (is_bf16 ? 2 * i : 4 * i);
+  if constexpr (kN == 1) {
+    w[0] = load_bits(p, is_bf16, i);
+  } else if constexpr (kN == 2) {
+    asm("{\n\t.reg .pred bf;\n\tsetp.ne.b32 bf, %2, 0;\n\t@bf ld.global.b32 %0, [%3];\n\t"
+        "@!bf ld.global.v2.b32 {%0, %1}, [%3];\n\t}"
+        : "=r"(w[0]), "=r"(w[1])
+        : "r"(int(is_bf16)), "l"(at)
+        : "memory");
+  } else {
+    asm("{\n\t.reg .pred bf;\n\tsetp.ne.b32 bf, %4, 0;\n\t@bf ld.global.v2.b32 {%0, %1}, [%5];\n\t"
+        "@!bf ld.global.v4.b32 {%0, %1, %2, %3}, [%5];\n\t}"
+        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+        : "r"(int(is_bf16)), "l"(at)
+        : "memory");
+  }
+}
+template <int kN>
+__device__ __forceinline__ void vec_to_float(const uint32_t (&w)[kN], bool is_bf16, float* x) {
+#pragma unroll
+  for (int e = 0; e < kN; ++e) {
+    if constexpr (kN == 1) {
+      x[e] = bits_to_float(w[e], is_bf16);
+    } else {
+      const uint32_t pair = w[e / 2];
+      x[e] = __uint_as_float(is_bf16 ? (e % 2 ? pair & 0xffff0000u : pair << 16) : w[e]);
+    }
+  }
+}
 template <int kN>
 __device__ __forceinline__ void store_vec(void* p, bool is_bf16, int64_t i, const float* x) {
   static_assert(kN == 1 || kN == 2 || kN == 4);
@@ -83,14 +119,23 @@ __device__ __forceinline__ void store_vec(void* p, bool is_bf16, int64_t i, cons
 
 constexpr int kTaps = 4;  // the conv kernel this kernel takes (every supported model's)
 
-/// kN consecutive conv channels from channel ch: weights, the new input, the 3-entry windows
-/// (channel j's window is win[3 j .. 3 j + 2], oldest first).
+/// kN consecutive conv channels from channel ch: weights, the new inputs and the 3-entry windows as
+/// loaded (load_vec_bits; the windows as 3 vectors of kN entries: channel j's window is entries
+/// 3 j .. 3 j + 2 of them in a row, oldest first).
 template <int kN>
 struct ConvRun {
   float w[kN][kTaps];
-  float x[kN];
-  float win[3 * kN];
+  uint32_t x[kN];
+  uint32_t win[3][kN];
 };
+/// The inputs and windows of r as floats.
+template <int kN>
+__device__ __forceinline__ void run_floats(const StepArgs& p, const ConvRun<kN>& r, float (&x)[kN],
+                                           float (&win)[3 * kN]) {
+  vec_to_float(r.x, p.qkv_bf16, x);
+#pragma unroll
+  for (int c = 0; c < 3; ++c) vec_to_float(r.win[c], p.conv_bf16, win + c * kN);
+}
 template <int kN>
 __device__ __forceinline__ void load_run_weights(const StepArgs& p, int64_t ch, ConvRun<kN>& r) {
 #pragma unroll
@@ -104,29 +149,32 @@ __device__ __forceinline__ void load_run_window(const StepArgs& p, int slot, int
                                                 ConvRun<kN>& r) {
   const int64_t at = (int64_t(slot) * p.conv_dim + ch) * 3;  // 3 kN entries, kN-aligned
 #pragma unroll
-  for (int c = 0; c < 3; ++c) load_vec<kN>(p.conv_state, p.conv_bf16, at + c * kN, r.win + c * kN);
+  for (int c = 0; c < 3; ++c) load_vec_bits<kN>(p.conv_state, p.conv_bf16, at + c * kN, r.win[c]);
 }
 /// y[j] = silu(conv of channel j).
 template <int kN>
-__device__ __forceinline__ void conv_run(const ConvRun<kN>& r, float (&y)[kN]) {
+__device__ __forceinline__ void conv_run(const StepArgs& p, const ConvRun<kN>& r, float (&y)[kN]) {
+  float x[kN], win[3 * kN];
+  run_floats(p, r, x, win);
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
-    float acc = r.w[j][0] * r.win[3 * j];  // the window's taps first: the new input comes last
+    float acc = r.w[j][0] * win[3 * j];  // the window's taps first: the new input comes last
 #pragma unroll
-    for (int t = 1; t < 3; ++t) acc = fmaf(r.w[j][t], r.win[3 * j + t], acc);
-    y[j] = silu(fmaf(r.w[j][3], r.x[j], acc));
+    for (int t = 1; t < 3; ++t) acc = fmaf(r.w[j][t], win[3 * j + t], acc);
+    y[j] = silu(fmaf(r.w[j][3], x[j], acc));
   }
 }
 /// The advanced windows (the last 3 of [window | new]) back to the pool.
 template <int kN>
 __device__ __forceinline__ void store_run_window(const StepArgs& p, int slot, int64_t ch,
                                                  const ConvRun<kN>& r) {
-  float next[3 * kN];
+  float x[kN], win[3 * kN], next[3 * kN];
+  run_floats(p, r, x, win);
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
-    next[3 * j] = r.win[3 * j + 1];
-    next[3 * j + 1] = r.win[3 * j + 2];
-    next[3 * j + 2] = r.x[j];
+    next[3 * j] = win[3 * j + 1];
+    next[3 * j + 1] = win[3 * j + 2];
+    next[3 * j + 2] = x[j];
   }
   const int64_t at = (int64_t(slot) * p.conv_dim + ch) * 3;
 #pragma unroll
@@ -165,7 +213,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   load_run_weights(p, v_ch, v_in);
   const float a_scale = expf(p.A_log[hv]);
   constexpr int kGates = kKda ? kN : 1;  // KDA: a decay per column; GDN: one per head
-  float bias[kGates], a_in[kGates], b_in = 0.0f;
+  float bias[kGates];
+  uint32_t a_in[kGates], b_in[1];  // as loaded (load_vec_bits), converted at the gates
   if constexpr (kKda) {
     load_vec<kN>(p.dt_bias, false, int64_t(hv) * kDk + lane * kN, bias);
   } else {
@@ -173,15 +222,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   auto load_inputs = [&] {
     const int64_t row = int64_t(b) * p.conv_dim;
-    load_vec<kN>(p.qkv, p.qkv_bf16, row + q_ch, q_in.x);
-    load_vec<kN>(p.qkv, p.qkv_bf16, row + k_ch, k_in.x);
-    v_in.x[0] = load_any(p.qkv, p.qkv_bf16, row + v_ch);
+    load_vec_bits<kN>(p.qkv, p.qkv_bf16, row + q_ch, q_in.x);
+    load_vec_bits<kN>(p.qkv, p.qkv_bf16, row + k_ch, k_in.x);
+    load_vec_bits<1>(p.qkv, p.qkv_bf16, row + v_ch, v_in.x);
     if constexpr (kKda) {
-      load_vec<kN>(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + lane * kN, a_in);
+      load_vec_bits<kN>(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + lane * kN, a_in);
     } else {
-      a_in[0] = load_any(p.a, p.a_bf16, int64_t(b) * p.HV + hv);
+      load_vec_bits<1>(p.a, p.a_bf16, int64_t(b) * p.HV + hv, a_in);
     }
-    b_in = load_any(p.b, p.b_bf16, int64_t(b) * p.HV + hv);
+    load_vec_bits<1>(p.b, p.b_bf16, int64_t(b) * p.HV + hv, b_in);
   };
   if constexpr (!kOverlap) load_inputs();
   if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
@@ -203,9 +252,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 
   // Conv + SiLU of the lane's q, k columns and (lane u) row u's v; the gates.
   float q[kN], k[kN], v[1];
-  conv_run(q_in, q);
-  conv_run(k_in, k);
-  conv_run(v_in, v);
+  conv_run(p, q_in, q);
+  conv_run(p, k_in, k);
+  conv_run(p, v_in, v);
   // This warp has read its windows (each went into a conv output above): the writer of the q/k
   // windows may go ahead once every warp of the key head has arrived. Relaxed: see
   // decode_step_kernel (a release fence would wait for the row loads in flight).
@@ -215,12 +264,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   } else if (kWarps > 1 && !writer) {
     asm volatile("bar.arrive 1, %0;" ::"n"(32 * kWarps) : "memory");
   }
-  float decay[kGates];
+  float a_x[kGates], b_x[1], decay[kGates];
+  vec_to_float(a_in, p.a_bf16, a_x);
+  vec_to_float(b_in, p.b_bf16, b_x);
 #pragma unroll
   for (int j = 0; j < kGates; ++j) {
-    decay[j] = expf(gate_log_decay(a_scale, a_in[j] + bias[j], kKda && p.safe_gate, p.lower_bound));
+    decay[j] = expf(gate_log_decay(a_scale, a_x[j] + bias[j], kKda && p.safe_gate, p.lower_bound));
   }
-  const float beta = sigmoid(b_in);
+  const float beta = sigmoid(b_x[0]);
 
   float dd[kN];
 #pragma unroll
