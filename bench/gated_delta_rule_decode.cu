@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/cuda_launch.h"
 #include "core/device_memory.h"
 #include "core/tensor.h"
 #include "kernels/cuda/gated_delta_rule_decode_tiling.h"
@@ -306,39 +307,28 @@ CaseResult run_case(const Case& c, int B, int d,
                   <<<heads, threads, 0, st>>>(state, ids, rows, head_rows, 1.0f);
           }
         }
-        if (tiling.rows_per_block <= -5 && tiling.rows_per_block >= -7) {
-          // in place overlapped / launch only (+ overlapped)
-          cudaLaunchConfig_t config{};
-          config.gridDim = grid;
-          config.blockDim = dim3(128);
-          config.stream = st;
-          cudaLaunchAttribute pdl{};
-          pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          pdl.val.programmaticStreamSerializationAllowed = 1;
-          config.attrs = &pdl;
-          config.numAttrs = tiling.rows_per_block == -6 ? 0 : 1;
-          auto* kernel = tiling.rows_per_block == -5   ? state_copy_floor_kernel<3>
-                         : tiling.rows_per_block == -6 ? state_copy_floor_kernel<4>
-                                                       : state_copy_floor_kernel<5>;
-          HYLA_CUDA_CHECK(
-              cudaLaunchKernelEx(&config, kernel, state, ids, rows, int64_t(0), slots, 1.0f));
-        }
-        if (tiling.rows_per_block == -4) {  // in place, launched in clusters of 16 blocks
-          cudaLaunchConfig_t config{};
-          config.gridDim = grid;
-          config.blockDim = dim3(128);
-          config.stream = st;
-          cudaLaunchAttribute cluster{};
-          cluster.id = cudaLaunchAttributeClusterDimension;
-          cluster.val.clusterDim.x = 16;
-          cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-          config.attrs = &cluster;
-          config.numAttrs = 1;
-          static const cudaError_t opt_in = cudaFuncSetAttribute(
-              state_copy_floor_kernel<0>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-          HYLA_CUDA_CHECK(opt_in);
-          HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, state_copy_floor_kernel<0>, state, ids, rows,
-                                             int64_t(0), slots, 1.0f));
+        // in place overlapped / launch only (+ overlapped) / in clusters of 16 blocks
+        const LaunchShape copy_shape{.grid = grid, .block = dim3(128)};
+        auto dependent = [&] {
+          LaunchShape s = copy_shape;
+          s.dependent = true;
+          return s;
+        };
+        const int64_t no_shift = 0;
+        if (tiling.rows_per_block == -5)
+          launch_kernel_ex<state_copy_floor_kernel<3>>(dependent(), st, state, ids, rows, no_shift,
+                                                       slots, 1.0f);
+        if (tiling.rows_per_block == -6)
+          launch_kernel_ex<state_copy_floor_kernel<4>>(copy_shape, st, state, ids, rows, no_shift,
+                                                       slots, 1.0f);
+        if (tiling.rows_per_block == -7)
+          launch_kernel_ex<state_copy_floor_kernel<5>>(dependent(), st, state, ids, rows, no_shift,
+                                                       slots, 1.0f);
+        if (tiling.rows_per_block == -4) {
+          LaunchShape clustered = copy_shape;
+          clustered.cluster = 16;
+          launch_kernel_ex<state_copy_floor_kernel<0>>(clustered, st, state, ids, rows, no_shift,
+                                                       slots, 1.0f);
         }
         HYLA_CUDA_CHECK(cudaGetLastError());
         return ok_status();

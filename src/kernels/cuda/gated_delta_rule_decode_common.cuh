@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "core/cuda_launch.h"
 #include "core/error.h"
 #include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
@@ -344,32 +345,11 @@ template <auto kKernel>
 Status launch_decode_grid(const StepArgs& args, int B, int warps, bool overlap,
                           cudaStream_t stream) {
   const bool cluster = args.cluster > 1 && args.arrivals == nullptr;
-  if (cluster && args.cluster > 8) {
-    static const cudaError_t opt_in =
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    HYLA_CUDA_CHECK(opt_in);
-  }
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(args.H * args.cluster), unsigned(B));
-  config.blockDim = dim3(unsigned(32 * warps));
-  config.stream = stream;
-  cudaLaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (cluster) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = unsigned(args.cluster);
-    attrs[n].val.clusterDim.y = 1;
-    attrs[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (overlap) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  config.attrs = attrs;
-  config.numAttrs = n;
-  HYLA_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, args));
+  launch_kernel_ex<kKernel>({.grid = dim3(unsigned(args.H * args.cluster), unsigned(B)),
+                             .block = dim3(unsigned(32 * warps)),
+                             .cluster = cluster ? unsigned(args.cluster) : 1u,
+                             .dependent = overlap},
+                            stream, args);
   return ok_status();
 }
 
