@@ -7,7 +7,9 @@ anonymous-namespace token, which differs between translation units.
 
   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I src -cubin X.cu -o old.cubin
   (change, rebuild the new cubins the same way)
-  python3 tools/gpu/cubin_text.py old.cubin[,old2.cubin] new.cubin[,new2.cubin]
+  python3 tools/gpu/cubin_text.py [--all] old.cubin[,old2.cubin] new.cubin[,new2.cubin]
+
+Names the first 10 kernels of each kind (different, only old, only new); --all names every one.
 """
 import re
 import struct
@@ -51,9 +53,12 @@ def load(paths):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    show_all = '--all' in args
+    args = [a for a in args if a != '--all']
+    if len(args) != 2:
         sys.exit(__doc__)
-    old, new = load(sys.argv[1]), load(sys.argv[2])
+    old, new = load(args[0]), load(args[1])
     differ = [k for k in old if k in new and old[k] != new[k]]
     missing = [k for k in old if k not in new]
     extra = [k for k in new if k not in old]
@@ -61,7 +66,7 @@ def main():
     print(f'kernels: old {len(old)}, new {len(new)}; identical {same}, different {len(differ)}, '
           f'only old {len(missing)}, only new {len(extra)}')
     for label, names in (('different', differ), ('only old', missing), ('only new', extra)):
-        for name in names[:10]:
+        for name in names if show_all else names[:10]:
             print(f'  {label}: {name}')
     sys.exit(0 if not differ and not missing and not extra else 1)
 
