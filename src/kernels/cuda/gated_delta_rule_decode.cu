@@ -16,7 +16,7 @@
 //   2. computes the key head's 2 d_k q/k conv channels (window + SiLU; its threads share them
 //      through shared memory), its own rows' v channels and the gates; a v window is advanced at
 //      once (no other block reads it), the q/k windows by rank 0 after a cluster barrier, or
-//      with counters by the block that arrives last (it also resets the counter);
+//      with counters by the block that arrives last (its atom.inc wraps the counter to zero);
 //   3. streams its rows: each warp holds a row as 32 lanes x d_k / 32 contiguous elements, runs
 //      the T tokens on it (decay, predict = warp sum, write, read = warp sum; the q/k l2 norms
 //      folded into the first sum), stores it back (decode) or stores every step's copy (verify),

@@ -198,8 +198,8 @@ void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t
 /// Two decode steps of T tokens each (committed) in a row on the GPU with the key heads' arrival
 /// counters (all zero at the start), with `tiling` (nullopt: the entry's choice), against two
 /// steps on the CPU: outputs and both pools after each step (the second step reads the q/k windows
-/// that the first step's last block advanced, and advances them only if the counters were reset)
-/// and every counter back at zero.
+/// that the first step's last block advanced, and advances them only if the counters are back at
+/// zero) and every counter back at zero.
 void expect_counted_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed,
                                 std::optional<cuda::DecodeTiling> tiling, bool overlap = false) {
   SCOPED_TRACE(str_cat(
