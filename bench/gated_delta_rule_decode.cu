@@ -308,28 +308,22 @@ CaseResult run_case(const Case& c, int B, int d,
           }
         }
         // in place overlapped / launch only (+ overlapped) / in clusters of 16 blocks
-        const LaunchShape copy_shape{.grid = grid, .block = dim3(128)};
-        auto dependent = [&] {
-          LaunchShape s = copy_shape;
-          s.dependent = true;
-          return s;
-        };
+        const LaunchShape copy_shape{.grid = grid, .block = dim3(128)},
+            dependent{.grid = grid, .block = dim3(128), .dependent = true},
+            clustered{.grid = grid, .block = dim3(128), .cluster = 16};
         const int64_t no_shift = 0;
         if (tiling.rows_per_block == -5)
-          launch_kernel_ex<state_copy_floor_kernel<3>>(dependent(), st, state, ids, rows, no_shift,
+          launch_kernel_ex<state_copy_floor_kernel<3>>(dependent, st, state, ids, rows, no_shift,
                                                        slots, 1.0f);
         if (tiling.rows_per_block == -6)
           launch_kernel_ex<state_copy_floor_kernel<4>>(copy_shape, st, state, ids, rows, no_shift,
                                                        slots, 1.0f);
         if (tiling.rows_per_block == -7)
-          launch_kernel_ex<state_copy_floor_kernel<5>>(dependent(), st, state, ids, rows, no_shift,
+          launch_kernel_ex<state_copy_floor_kernel<5>>(dependent, st, state, ids, rows, no_shift,
                                                        slots, 1.0f);
-        if (tiling.rows_per_block == -4) {
-          LaunchShape clustered = copy_shape;
-          clustered.cluster = 16;
+        if (tiling.rows_per_block == -4)
           launch_kernel_ex<state_copy_floor_kernel<0>>(clustered, st, state, ids, rows, no_shift,
                                                        slots, 1.0f);
-        }
         HYLA_CUDA_CHECK(cudaGetLastError());
         return ok_status();
       }

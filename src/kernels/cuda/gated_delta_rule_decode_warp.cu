@@ -25,39 +25,23 @@ namespace hyla::kernels::cuda::decode_detail {
 
 namespace {
 
-/// kN (1, 2 or 4) consecutive f32 or bf16 elements from element i, as one vector load; i kN-aligned
-/// (checked by the host: base pointers 16-byte aligned, every run starts at a multiple of kN).
+/// kN (2 or 4) consecutive floats from element i, as one vector load; i kN-aligned (as below).
 template <int kN>
-__device__ __forceinline__ void load_vec(const void* p, bool is_bf16, int64_t i, float* x) {
-  static_assert(kN == 1 || kN == 2 || kN == 4);
-  if (is_bf16) {
-    const uint16_t* q = static_cast<const uint16_t*>(p) + i;
-    if constexpr (kN == 4) {
-      const uint2 v = *reinterpret_cast<const uint2*>(q);
-      x[0] = __uint_as_float(v.x << 16), x[1] = __uint_as_float(v.x & 0xffff0000u);
-      x[2] = __uint_as_float(v.y << 16), x[3] = __uint_as_float(v.y & 0xffff0000u);
-    } else if constexpr (kN == 2) {
-      const uint32_t v = *reinterpret_cast<const uint32_t*>(q);
-      x[0] = __uint_as_float(v << 16), x[1] = __uint_as_float(v & 0xffff0000u);
-    } else {
-      x[0] = bf16_bits_to_float(*q);
-    }
+__device__ __forceinline__ void load_f32_vec(const float* p, int64_t i, float* x) {
+  static_assert(kN == 2 || kN == 4);
+  if constexpr (kN == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p + i);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
   } else {
-    const float* q = static_cast<const float*>(p) + i;
-    if constexpr (kN == 4) {
-      const float4 v = *reinterpret_cast<const float4*>(q);
-      x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    } else if constexpr (kN == 2) {
-      const float2 v = *reinterpret_cast<const float2*>(q);
-      x[0] = v.x, x[1] = v.y;
-    } else {
-      x[0] = *q;
-    }
+    const float2 v = *reinterpret_cast<const float2*>(p + i);
+    x[0] = v.x, x[1] = v.y;
   }
 }
-/// The same as loaded: kN words, f32 bits, or bf16 pairs packed (the one bf16 of kN = 1 in the low
-/// half); vec_to_float converts them where they are used (see load_bits: the loads stay in flight
-/// together).
+/// kN (1, 2 or 4) consecutive f32 or bf16 elements from element i, as one vector load, kept as
+/// loaded: kN words, f32 bits, or bf16 pairs packed (the one bf16 of kN = 1 in the low half);
+/// vec_to_float converts them where they are used (see load_bits: the loads stay in flight
+/// together). i kN-aligned (checked by the host: base pointers 16-byte aligned, every run starts
+/// at a multiple of kN).
 template <int kN>
 __device__ __forceinline__ void load_vec_bits(const void* p, bool is_bf16, int64_t i,
                                               uint32_t (&w)[kN]) {
@@ -216,7 +200,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   float bias[kGates];
   uint32_t a_in[kGates], b_in[1];  // as loaded (load_vec_bits), converted at the gates
   if constexpr (kKda) {
-    load_vec<kN>(p.dt_bias, false, int64_t(hv) * kDk + lane * kN, bias);
+    load_f32_vec<kN>(p.dt_bias, int64_t(hv) * kDk + lane * kN, bias);
   } else {
     bias[0] = p.dt_bias[hv];
   }
