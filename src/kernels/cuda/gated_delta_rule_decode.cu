@@ -82,7 +82,12 @@ __global__ void commit_state_kernel(const uint4* step_states, uint4* state_pool,
       step_states[(int64_t(b) * T + (n - 1)) * head_vectors + i];
 }
 
+/// Most d_v elements per lane of gated_norm_kernel (d_v <= 128: the decode step takes d_k = d_v of
+/// 64 or 128).
+constexpr int kNormPerLane = 4;
+
 /// o = weight * rmsnorm(o) * act(gate), one warp per (token, head) row of d_v, skipping padding.
+/// The row's o and gate elements are loaded at once (load_bits: in flight together), then used.
 __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool gate_bf16,
                                   const float* weight, const int32_t* slots, int64_t num_slots,
                                   int64_t rows, int rows_per_seq, int d_v, float eps,
@@ -92,16 +97,29 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
   if (row >= rows) return;
   const int slot = slots[row / rows_per_seq];
   if (slot < 0 || slot >= num_slots) return;
-  float ss = 0.0f;
-  for (int i = lane; i < d_v; i += 32) {
-    const float x = load_any(o, o_bf16, row * d_v + i);
-    ss = fmaf(x, x, ss);
+  uint32_t o_in[kNormPerLane], g_in[kNormPerLane];
+#pragma unroll
+  for (int k = 0; k < kNormPerLane; ++k) {
+    const int i = lane + 32 * k;
+    o_in[k] = g_in[k] = 0u;
+    if (i < d_v) {
+      o_in[k] = load_bits(o, o_bf16, row * d_v + i);
+      g_in[k] = load_bits(gate, gate_bf16, row * d_v + i);
+    }
+  }
+  float x[kNormPerLane], ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kNormPerLane; ++k) {
+    x[k] = bits_to_float(o_in[k], o_bf16);  // 0 beyond d_v
+    ss = fmaf(x[k], x[k], ss);
   }
   const float inv = rsqrtf(warp_sum(ss) / float(d_v) + eps);
-  for (int i = lane; i < d_v; i += 32) {
-    const float x = load_any(o, o_bf16, row * d_v + i);
-    const float g = load_any(gate, gate_bf16, row * d_v + i);
-    store_any(o, o_bf16, row * d_v + i, weight[i] * x * inv * (silu_act ? silu(g) : sigmoid(g)));
+#pragma unroll
+  for (int k = 0; k < kNormPerLane; ++k) {
+    const int i = lane + 32 * k;
+    if (i >= d_v) continue;
+    const float g = bits_to_float(g_in[k], gate_bf16);
+    store_any(o, o_bf16, row * d_v + i, weight[i] * x[k] * inv * (silu_act ? silu(g) : sigmoid(g)));
   }
 }
 
@@ -340,6 +358,8 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
                                   : launch_head_dim<float, false>(args, d_k, B, rows, stream)));
 
   if (p.norm_weight.defined()) {
+    if (d_v > 32 * kNormPerLane)  // (never: the step above takes d_v = d_k <= 128)
+      return unsupported("gated_delta_rule_decode (CUDA): gated norm of d_v = ", d_v);
     const int64_t rows_total = int64_t(B) * T * HV;
     const int warps_per_block = 8;
     gated_norm_kernel<<<unsigned((rows_total + warps_per_block - 1) / warps_per_block),

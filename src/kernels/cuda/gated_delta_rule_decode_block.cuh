@@ -53,6 +53,21 @@ __device__ __forceinline__ void probe_warp(int slot) {
 #define HYLA_PROBE_WARP(slot) ((void)0)
 #endif
 
+/// Blocks per SM that the registers of a decode (T = 1) kernel must allow (__launch_bounds__'
+/// second argument; 0 = no bound, what ptxas does by itself), for the whole-key-head tilings the
+/// entry takes at large batch with d_k = 128 (ptxas -Xptxas -v): R128w4 96 registers by itself (5
+/// blocks, 20 warps per SM), 80 with 6 blocks (24 warps), no spills, except KDA with a bf16 pool
+/// (spills at 6); R256w8 80 by itself for GDN with an f32 pool and KDA with bf16, 99-100 for the
+/// other two (2 blocks), 80 with 3. One block more spills everywhere; a bound of 1 is not the same
+/// as none (d_k = 64 kernels rose from 64 to 80 registers with it).
+template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
+constexpr int decode_min_blocks() {
+  if (kT != 1 || kDk != 128) return 0;
+  if (kR == 256 && kWarps == 8) return 3;
+  if (kR == 128 && kWarps == 4 && !(kKda && sizeof(Ts) == 2)) return 6;
+  return 0;
+}
+
 /// One block: rows [row0, row0 + kR) of key head kh (rows counted over its group value heads) of
 /// sequence blockIdx.y, all T tokens, with kWarps warps; block rank r of the key head's cluster
 /// of p.cluster blocks, row0 = r kR. kT: the most tokens per sequence this instantiation handles
@@ -62,7 +77,7 @@ __device__ __forceinline__ void probe_warp(int slot) {
 /// of a kernel without the second path (a runtime flag cost up to 18 registers: 2-5% at large B).
 /// d_v == kDk.
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
-__global__ void __launch_bounds__(32 * kWarps)
+__global__ void __launch_bounds__(32 * kWarps, decode_min_blocks<Ts, kKda, kDk, kR, kWarps, kT>())
     decode_step_kernel(const __grid_constant__ StepArgs p) {
   constexpr int kThreads = 32 * kWarps;
   constexpr int kPerLane = kDk / 32;

@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
   if constexpr (kKda) {
     for (int i = tid; i < p.group * kDk; i += kThreads) {
       const int h = i / kDk, c = i % kDk, hv = hv0 + h;
-      const float f =
-          load_any(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c) + p.dt_bias[hv * kDk + c];
+      const uint32_t f_in = load_bits(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c);
+      const float f = bits_to_float(f_in, p.a_bf16) + p.dt_bias[hv * kDk + c];
       const float a_scale = expf(p.A_log[hv]);
       s_decay[h][c] = expf(gate_log_decay(a_scale, f, p.safe_gate, p.lower_bound));
     }

@@ -60,17 +60,14 @@ __device__ __forceinline__ void trigger_dependents(const StepArgs& p, int where)
   if (p.trigger == where) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
-  return __uint_as_float(uint32_t(bits) << 16);
-}
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 /// Element i of an f32 or bf16 array as loaded: its 32 bits, or the bf16's 16 in the low half;
 /// bits_to_float makes it a float where it is used. Loads whose values are converted later stay in
-/// flight together: load_any's conversion sits in its dtype branch right after the load, where the
-/// warp waits for the value, so that a thread's loads through load_any take one round trip each
-/// (SASS of the block step: a v thread's input, window, gate and beta loads in turn). Both loads
+/// flight together. (A converting load, its bf16 conversion in the dtype branch right after the
+/// load, made the warp wait for each value in turn: SASS of the block step, a v thread's input,
+/// window, gate and beta loads one round trip each; docs/perf.md, sixth session.) Both loads are
 /// predicated into one register, so no conversion can be placed beside them.
 __device__ __forceinline__ uint32_t load_bits(const void* p, bool is_bf16, int64_t i) {
   const char* at = static_cast<const char*>(p) + (is_bf16 ? 2 * i : 4 * i);
@@ -84,11 +81,6 @@ __device__ __forceinline__ uint32_t load_bits(const void* p, bool is_bf16, int64
 }
 __device__ __forceinline__ float bits_to_float(uint32_t bits, bool is_bf16) {
   return __uint_as_float(is_bf16 ? bits << 16 : bits);
-}
-/// Element i of an f32 or bf16 array (converted at once: see load_bits).
-__device__ __forceinline__ float load_any(const void* p, bool is_bf16, int64_t i) {
-  return is_bf16 ? bf16_bits_to_float(static_cast<const uint16_t*>(p)[i])
-                 : static_cast<const float*>(p)[i];
 }
 __device__ __forceinline__ void store_any(void* p, bool is_bf16, int64_t i, float x) {
   if (is_bf16) {
@@ -321,19 +313,20 @@ __device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, v
                                                bool conv_bf16, int b, int slot, int64_t conv_dim,
                                                int64_t ch, int n, int T, int K) {
   const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
-  float next[kMaxK - 1];
+  uint32_t next[kMaxK - 1];  // as loaded (load_bits: the K - 1 loads in flight together)
 #pragma unroll
   for (int j = 0; j < kMaxK - 1; ++j) {
     if (j >= K - 1) break;
     const int pos = n + j;  // position in [old (K-1) | new (n)]
     next[j] = pos < K - 1
-                  ? load_any(conv_state, conv_bf16, base + pos)
-                  : load_any(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
+                  ? load_bits(conv_state, conv_bf16, base + pos)
+                  : load_bits(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
   }
 #pragma unroll
   for (int j = 0; j < kMaxK - 1; ++j) {
     if (j >= K - 1) break;
-    store_any(conv_state, conv_bf16, base + j, next[j]);
+    const bool is_bf16 = n + j < K - 1 ? conv_bf16 : qkv_bf16;
+    store_any(conv_state, conv_bf16, base + j, bits_to_float(next[j], is_bf16));
   }
 }
 
