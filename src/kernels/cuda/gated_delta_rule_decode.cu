@@ -227,6 +227,13 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
     const DecodeTiling t{16, 16};
     if (decode_cluster_size(t, group, d_v) >= 2) return t;
   }
+  // The same, 128 to 256 units: the block kernel, 32 rows / 8 warps (B=8: GDN 12.59 us against
+  // bulk's 13.81, KDA 13.32 against 13.57; the next best GDN W16w2 13.08, KDA bulk; docs/perf.md
+  // 2026-11-30, seventh session).
+  if (counted && !overlap && T == 1 && units >= 128 && units <= 256) {
+    const DecodeTiling t{32, 8};
+    if (decode_cluster_size(t, group, d_v) >= 2) return t;
+  }
   // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap, the
   // dependent launched after the wait below 128 units: decode_trigger):
   //  - below 128 units: the block kernel, 32 rows / 8 warps (B=1: GDN 3.20 us, KDA 3.20; the

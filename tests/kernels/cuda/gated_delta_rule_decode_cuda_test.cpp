@@ -416,8 +416,8 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
   EXPECT_EQ(pick_overlapped(64, 16, 2, 128), pick(64, 16, 2, 128));
   EXPECT_EQ(pick_overlapped(8, 32, 1, 128, 3), "R128w4c1");  // verify
 
-  // With arrival counters, plain, below 128 units: the block kernel, 16 rows / 16 warps (no
-  // cluster needed); overlapped and above, the choices as without.
+  // With arrival counters, plain: below 128 units the block kernel with 16 rows / 16 warps, 128
+  // to 256 units 32 rows / 8 warps (no cluster needed); overlapped and above, as without.
   auto pick_counted = [](int64_t B, int64_t H, int64_t group, int64_t d_v, bool overlap) {
     const cuda::DecodeTiling t =
         cuda::default_decode_tiling(B, H, group, d_v, 1, overlap, true, /*counted=*/true);
@@ -426,7 +426,10 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
   EXPECT_EQ(pick_counted(1, 16, 2, 128, false), "R16w16c16");
   EXPECT_EQ(pick_counted(1, 32, 1, 128, false), "R16w16c8");
   EXPECT_EQ(pick_counted(1, 16, 2, 128, true), "R32w8c8");
-  EXPECT_EQ(pick_counted(8, 16, 2, 128, false), "bulk32w8");
+  EXPECT_EQ(pick_counted(8, 16, 2, 128, false), "R32w8c8");
+  EXPECT_EQ(pick_counted(8, 32, 1, 128, false), "R32w8c4");
+  EXPECT_EQ(pick_counted(8, 16, 2, 128, true), "R64w4c4");
+  EXPECT_EQ(pick_counted(32, 16, 2, 128, false), "bulk32w8");
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
