@@ -224,6 +224,11 @@ CaseResult run_case(const Case& c, int B, int d,
   p.o = d_o;
   if (counted) p.arrivals = d_arrivals;
   if (c.kda) p.lower_bound = -5.0f;
+  const kernels::DecodeShape shape{
+      .T = 1, .B = B, .H = c.H, .HV = c.HV, .d_k = d, .d_v = d, .conv_dim = conv_dim, .kda = c.kda};
+  Tensor d_workspace = Tensor::empty({kernels::gated_delta_rule_decode_workspace_bytes(shape) / 4},
+                                     DType::kF32, gpu);
+  p.workspace = d_workspace;
 
   // Check against the CPU body on slot set 0.
   CaseResult res{};
@@ -236,6 +241,7 @@ CaseResult run_case(const Case& c, int B, int d,
     h.qkv = qkv, h.conv_weight = w, h.conv_state = h_conv, h.a = a, h.b = bb, h.A_log = A_log,
     h.dt_bias = dt_bias, h.state_pool = h_state, h.o = h_o, h.slots = slots_host;
     h.arrivals = TensorView();  // (CUDA only)
+    h.workspace = TensorView();
     const Status cs = kernels::gated_delta_rule_decode(h);
     p.slots = d_slots[0];
     d_o.fill_bytes(0xff);
@@ -445,7 +451,8 @@ int main(int argc, char** argv) {
         for (int i = 1; i <= int(std::size(kFloorNames)); ++i) tilings.push_back({-i, 0});
       const CaseResult r = run_case(c, B, 128, tilings, overlap, counted);
       const auto chosen =
-          kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap, true, counted);
+          kernels::cuda::default_decode_tiling(B, c.H, group, 128, 1, overlap, true, counted,
+                                               /*workspace_ok=*/true);
       for (const Timing& t : r.timings) {
         const bool is_default = t.tiling.rows_per_block == 0;
         const auto tl = is_default ? chosen : t.tiling;
@@ -465,10 +472,11 @@ int main(int argc, char** argv) {
                        "\"kernel\":\"%s\",\"default\":%s,\"us\":%.3f,\"gbps\":%.1f,\"err_o\":%.3e,"
                        "\"err_state\":%.3e,\"arrivals\":%s}\n",
                        c.name, B, tl.rows_per_block, tl.warps,
-                       tl.rows_per_block < 0                             ? "floor"
-                       : tl.bulk()                                       ? "bulk"
-                       : tl.kernel == kernels::cuda::DecodeKernel::kWarp ? "warp"
-                                                                         : "block",
+                       tl.rows_per_block < 0                              ? "floor"
+                       : tl.bulk()                                        ? "bulk"
+                       : tl.kernel == kernels::cuda::DecodeKernel::kWarp  ? "warp"
+                       : tl.kernel == kernels::cuda::DecodeKernel::kSplit ? "split"
+                                                                          : "block",
                        is_default ? "true" : "false", t.us, t.gbps, r.err_o, r.err_state,
                        counted ? "true" : "false");
       }

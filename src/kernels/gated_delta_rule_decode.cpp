@@ -60,6 +60,11 @@ DecodeShape decode_shape(const GatedDeltaRuleDecodeParams& p) {
   return s;
 }
 
+int64_t gated_delta_rule_decode_workspace_bytes(const DecodeShape& s) {
+  const int64_t floats = s.H * 2 * s.d_k + s.HV * s.d_v + s.HV * (s.kda ? s.d_k : 1) + s.HV;
+  return s.B * ((floats + 3) / 4 * 4) * int64_t(sizeof(float));
+}
+
 Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
   constexpr std::string_view op = "gated_delta_rule_decode";
   StepGeometry geo;
@@ -138,6 +143,18 @@ Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
     HYLA_RETURN_IF_ERROR(check_dtype(op, "arrivals", p.arrivals, {DType::kI32}));
     HYLA_RETURN_IF_ERROR(check_contiguous(op, "arrivals", p.arrivals));
     HYLA_RETURN_IF_ERROR(check_device(op, "arrivals", p.arrivals, device));
+  }
+  if (p.workspace.defined()) {
+    HYLA_RETURN_IF_ERROR(check_dtype(op, "workspace", p.workspace, {DType::kF32}));
+    HYLA_RETURN_IF_ERROR(check_contiguous(op, "workspace", p.workspace));
+    HYLA_RETURN_IF_ERROR(check_device(op, "workspace", p.workspace, device));
+    const int64_t need = gated_delta_rule_decode_workspace_bytes(decode_shape(p));
+    const int64_t have = p.workspace.numel() * int64_t(sizeof(float));
+    if (have < need)
+      return invalid_argument(op, ": workspace holds ", have, " bytes, expected at least ", need,
+                              " (gated_delta_rule_decode_workspace_bytes)");
+    if (reinterpret_cast<uintptr_t>(p.workspace.raw()) % 16 != 0)
+      return invalid_argument(op, ": workspace is not 16-byte aligned");
   }
   if (device.is_cpu()) {
     HYLA_RETURN_IF_ERROR(check_slots(op, "slots", p.slots, B, num_slots));

@@ -62,8 +62,9 @@ struct GatedDeltaRuleDecodeParams {
   /// has finished. Set it only when that kernel writes none of slots, state_pool, conv_state
   /// (e.g. the layer's input projection; not this layer's previous step or commit). The step
   /// starts early only as far as that kernel lets its dependents launch early. Verify (T > 1),
-  /// the bulk-copy tiling and block-kernel tilings of more than 64 rows per block ignore it (run
-  /// in stream order); the entry picks overlapped tilings below 257 (sequence, key head) units.
+  /// the bulk-copy and split tilings and block-kernel tilings of more than 64 rows per block
+  /// ignore it (run in stream order); the entry picks overlapped tilings below 257 (sequence, key
+  /// head) units.
   bool overlap_previous = false;
 
   /// CUDA only, optional (the CPU body ignores it): [B, H] i32 arrival counters on the kernel's
@@ -74,6 +75,15 @@ struct GatedDeltaRuleDecodeParams {
   /// barrier, so they need not be co-scheduled in one GPC (docs/perf.md, 2026-11-30 fifth
   /// session). Calls that may run at the same time (several streams) need separate buffers.
   TensorView arrivals;
+  /// Optional (the CPU body ignores it): f32 scratch on the kernel's device of at least
+  /// gated_delta_rule_decode_workspace_bytes(decode_shape(p)) bytes, 16-byte aligned, contiguous,
+  /// that the call may overwrite; its contents need not be kept between calls. With it, CUDA
+  /// decode (T = 1) batches of at least 1024 (sequence, key head) units run in two kernels: the
+  /// conv, gates and inputs of each (sequence, key head) prepared once into it, then the state
+  /// streamed in blocks of 8 rows (GDN B=1024 3.4% faster than in one kernel, KDA 1.7%;
+  /// docs/perf.md, 2026-11-30 seventh session). Calls that may run at the same time need
+  /// separate workspaces.
+  TensorView workspace;
 };
 
 /// After a verify call: install, per sequence, the state after its first accepted[b] tokens.
@@ -97,6 +107,11 @@ struct DecodeShape {
   bool kda;  ///< a is the per-channel KDA input f [B T, HV, d_k]
 };
 DecodeShape decode_shape(const GatedDeltaRuleDecodeParams& p);
+
+/// Bytes of GatedDeltaRuleDecodeParams::workspace a call of this shape can use: per sequence the
+/// conv outputs q, k (H 2 d_k), v (HV d_v), the decays (HV, KDA: HV d_k) and beta (HV), fp32,
+/// each sequence's part rounded up to 16 bytes.
+int64_t gated_delta_rule_decode_workspace_bytes(const DecodeShape& s);
 
 /// Shapes and dtypes of p (values of device-resident index tensors are not read).
 Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p);

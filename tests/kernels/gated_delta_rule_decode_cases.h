@@ -93,6 +93,8 @@ struct DecodeTensors {
   Tensor o;            ///< out [B T, HV, d_v] act
   Tensor norm_weight;  ///< [d_v] f32 (norm cases only)
   Tensor norm_gate;    ///< [B T, HV, d_v] act (norm cases only)
+  /// f32 scratch of gated_delta_rule_decode_workspace_bytes (the CUDA split kernels' workspace).
+  Tensor workspace;
 
   int64_t B() const { return qkv.size(0) / T; }
 
@@ -129,7 +131,8 @@ struct DecodeTensors {
             .norm_gate = norm_gate,
             .norm_eps = norm_eps,
             .norm_act = norm_act,
-            .arrivals = {}};
+            .arrivals = {},
+            .workspace = workspace};
   }
   kernels::GatedDeltaRuleCommitParams commit_params() const {
     return {.tokens_per_seq = T,
@@ -143,8 +146,9 @@ struct DecodeTensors {
 
  private:
   std::vector<Tensor*> all() {
-    return {&qkv,        &conv_weight, &conv_state, &a,           &b, &A_log,       &dt_bias,
-            &state_pool, &slots,       &accepted,   &step_states, &o, &norm_weight, &norm_gate};
+    return {&qkv,         &conv_weight, &conv_state,  &a,         &b,
+            &A_log,       &dt_bias,     &state_pool,  &slots,     &accepted,
+            &step_states, &o,           &norm_weight, &norm_gate, &workspace};
   }
 };
 
@@ -182,6 +186,16 @@ inline DecodeTensors make_decode_tensors(const DecodeCase& c, int64_t B, int64_t
     t.norm_weight = random_uniform({d_v}, DType::kF32, rng, 0.5f, 1.5f);
     t.norm_gate = random_uniform({rows, HV, d_v}, c.act, rng, -2.0f, 2.0f);
   }
+  const kernels::DecodeShape shape{.T = T,
+                                   .B = B,
+                                   .H = H,
+                                   .HV = HV,
+                                   .d_k = d_k,
+                                   .d_v = d_v,
+                                   .conv_dim = conv_dim,
+                                   .kda = c.kda()};
+  t.workspace =
+      poisoned({kernels::gated_delta_rule_decode_workspace_bytes(shape) / 4}, DType::kF32);
   return t;
 }
 

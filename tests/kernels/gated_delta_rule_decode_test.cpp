@@ -480,6 +480,13 @@ TEST(GatedDeltaRuleDecodeTest, BadArgumentsGiveClearErrors) {
          p.arrivals = tensor({2, 1}, kF32);
        },
        "arrivals has dtype f32, expected i32"},
+      {"workspace too small", true, [&](auto& p) { p.workspace = tensor({1}, kF32); },
+       "workspace holds 4 bytes, expected at least"},
+      {"workspace not f32", true, [&](auto& p) { p.workspace = tensor({1024}, kBF16); },
+       "workspace has dtype bf16, expected f32"},
+      {"workspace misaligned", true,
+       [&](auto& p) { p.workspace = tensor({1025}, kF32).slice(1, 1025); },
+       "workspace is not 16-byte aligned"},
       {"step_states of another dtype than the pool", false,
        [&](auto& p) {
          p.step_states = tensor({2, 2, 2, 8, 8}, kBF16);

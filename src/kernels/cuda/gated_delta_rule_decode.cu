@@ -149,10 +149,26 @@ constexpr DecodeTiling kTilings[] = {{8, 4},
                                      {32, 4, kWarpKernel},
                                      {32, 8, kWarpKernel},
                                      {64, 8, kWarpKernel},
-                                     {128, 16, kWarpKernel}};
+                                     {128, 16, kWarpKernel},
+                                     {8, 1, DecodeKernel::kSplit},
+                                     {8, 2, DecodeKernel::kSplit},
+                                     {8, 4, DecodeKernel::kSplit},
+                                     {16, 2, DecodeKernel::kSplit},
+                                     {16, 8, DecodeKernel::kSplit}};
+
+/// The call's workspace can serve the split kernels: on the state pool's device, 16-byte aligned,
+/// large enough (check_gated_delta_rule_decode refuses any other; the explicit-tiling entry may be
+/// called without that check).
+bool decode_workspace_ok(const GatedDeltaRuleDecodeParams& p) {
+  const TensorView& w = p.workspace;
+  return w.defined() && w.device() == p.state_pool.device() &&
+         reinterpret_cast<uintptr_t>(w.raw()) % 16 == 0 &&
+         w.span_bytes() >= gated_delta_rule_decode_workspace_bytes(decode_shape(p));
+}
 
 /// The warp kernel reads qkv, the conv weights and windows, the KDA gate inputs and dt_bias and
-/// the state rows by vector loads of up to 16 bytes at offsets that are multiples of the vector.
+/// the state rows by vector loads of up to 16 bytes at offsets that are multiples of the vector
+/// (the split kernels' prep too).
 bool warp_kernel_aligned(const GatedDeltaRuleDecodeParams& p) {
   auto aligned = [](const TensorView& t) {
     return !t.defined() || reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
@@ -191,6 +207,7 @@ std::string decode_tiling_name(DecodeTiling tiling, int64_t group, int64_t d_v) 
     case DecodeKernel::kBulk: return str_cat("bulk", tiling.rows_per_block, "w", tiling.warps);
     case DecodeKernel::kWarp:
       return str_cat("W", tiling.rows_per_block, "w", tiling.warps, "c", cluster);
+    case DecodeKernel::kSplit: return str_cat("S", tiling.rows_per_block, "w", tiling.warps);
     case DecodeKernel::kBlock: break;
   }
   return str_cat("R", tiling.rows_per_block, "w", tiling.warps, "c", cluster);
@@ -203,6 +220,12 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
     if (r <= 0 || tiling.warps <= 0 || r % tiling.warps != 0 || rows % r != 0) return 0;
     if (d_v % (r / tiling.warps) != 0 || rows / r > 16) return 0;
     return int(rows / r);
+  }
+  if (tiling.kernel == DecodeKernel::kSplit) {  // 2, 4 or 8 rows per warp inside one value head
+    if (d_v != 64 && d_v != 128) return 0;
+    const int per_warp = r / std::max(tiling.warps, 1);
+    if ((r != 8 && r != 16) || per_warp * tiling.warps != r || d_v % r != 0) return 0;
+    return per_warp == 2 || per_warp == 4 || per_warp == 8 ? 1 : 0;
   }
   if (tiling.bulk())  // whole key heads, no cluster
     return r == kBulkRows && tiling.warps == kBulkWarps && group <= kBulkMaxGroup &&
@@ -217,8 +240,17 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
 }
 
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T,
-                                   bool overlap, bool warp_kernel_ok, bool counted) {
+                                   bool overlap, bool warp_kernel_ok, bool counted,
+                                   bool workspace_ok) {
   const int64_t units = B * H;
+  // With a workspace (GatedDeltaRuleDecodeParams::workspace), one token, from 1024 units: the
+  // split kernels, 8 rows per 1-warp block (GDN B=64 / 256 / 1024: 72.2 / 274.6 / 1081.6 us
+  // against R256w8c1's 76.3 / 285.8 / 1120.2; KDA 76.4 / 287.1 / 1123.8 against R128w4c1's 79.6
+  // / 293.2 / 1143.2; S8w4 within 1%, S8w2 2-3% slower; docs/perf.md 2026-11-30, seventh session).
+  if (workspace_ok && T == 1 && units >= 1024) {
+    const DecodeTiling split{8, 1, DecodeKernel::kSplit};
+    if (decode_cluster_size(split, group, d_v) == 1) return split;
+  }
   // With arrival counters (GatedDeltaRuleDecodeParams::arrivals; the block tilings then need no
   // cluster), without overlap, below 128 units, T = 1: the block kernel, 16 rows / 16 warps (B=1:
   // GDN 4.55 us against the warp kernel's 4.73, KDA 4.76 against 4.86; docs/perf.md 2026-11-30,
@@ -308,6 +340,20 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   if (tiling.kernel == DecodeKernel::kBlock && tiling.warps != 4 && tiling.warps != 8 &&
       tiling.warps != 16)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
+  if (tiling.kernel == DecodeKernel::kSplit) {
+    if (T != 1)
+      return unsupported("gated_delta_rule_decode (CUDA): the split kernels take one token, not ",
+                         T);
+    if (p.conv_weight.size(1) != 4 || !warp_kernel_aligned(p))
+      return unsupported(
+          "gated_delta_rule_decode (CUDA): the split kernels take a conv of 4 taps and 16-byte "
+          "aligned qkv, conv weight, conv state, gate inputs, dt_bias and state pool");
+    if (!decode_workspace_ok(p))
+      return unsupported(
+          "gated_delta_rule_decode (CUDA): the split kernels need a workspace of at least ",
+          gated_delta_rule_decode_workspace_bytes(s),
+          " bytes on the kernel's device, 16-byte aligned (GatedDeltaRuleDecodeParams::workspace)");
+  }
   if (tiling.kernel == DecodeKernel::kWarp) {
     if (T != 1)
       return unsupported("gated_delta_rule_decode (CUDA): the warp kernel takes one token, not ",
@@ -357,6 +403,10 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   args.trigger = decode_trigger(int64_t(B) * H);
   if (tiling.kernel == DecodeKernel::kBlock && cluster > 1 && p.arrivals.defined())
     args.arrivals = reinterpret_cast<unsigned*>(p.arrivals.data<int32_t>());
+  if (tiling.kernel == DecodeKernel::kSplit) {
+    args.workspace = static_cast<float*>(p.workspace.raw());
+    args.workspace_stride = gated_delta_rule_decode_workspace_bytes(s) / int64_t(sizeof(float)) / B;
+  }
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
   const DecodeTiling rows = tiling;
   HYLA_RETURN_IF_ERROR(bf16_state
@@ -385,7 +435,7 @@ Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream strea
   return gated_delta_rule_decode_tiled(
       p,
       default_decode_tiling(s.B, s.H, s.HV / s.H, s.d_v, s.T, p.overlap_previous, warp_ok,
-                            p.arrivals.defined()),
+                            p.arrivals.defined(), warp_ok && decode_workspace_ok(p)),
       stream);
 }
 

@@ -389,6 +389,8 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
 template <typename Ts, bool kKda, int kDk, int kT>
 Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
   if (t.kernel == DecodeKernel::kBulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
+  if (t.kernel == DecodeKernel::kSplit)
+    return launch_split<Ts, kKda, kDk>(args, B, t.rows_per_block, t.warps, stream);
   if (t.kernel == DecodeKernel::kWarp)
     return launch_warp<Ts, kKda>(args, kDk, B, t.rows_per_block, t.warps, stream);
   const int key = t.rows_per_block * 100 + t.warps;

@@ -53,6 +53,10 @@ struct StepArgs {
   /// launched without a cluster and the last one to have read the q/k windows (the counter's last
   /// arrival) advances them; null: a cluster barrier orders the window writes after the reads.
   unsigned* arrivals;
+  /// The split tilings (DecodeKernel::kSplit): GatedDeltaRuleDecodeParams::workspace and the
+  /// floats of one sequence's part of it.
+  float* workspace;
+  int64_t workspace_stride;
 };
 
 /// Lets the dependent grid launch when `where` is the trigger point chosen in p.
@@ -358,6 +362,12 @@ Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream);
 /// by the entry's own translation unit).
 Status launch_bf16_pool(const StepArgs& args, bool kda, int d_k, int B, DecodeTiling tiling,
                         cudaStream_t stream);
+
+/// Two-kernel decode (T = 1, d_k = d_v; gated_delta_rule_decode_split.cu): rows_per_block 8 or
+/// 16 (2 rows per warp).
+template <typename Ts, bool kKda, int kDk>
+Status launch_split(const StepArgs& args, int B, int rows_per_block, int warps,
+                    cudaStream_t stream);
 
 /// Warp-autonomous decode (T = 1, K = 4; gated_delta_rule_decode_warp.cu), the warp tilings'
 /// rows_per_block / warps.

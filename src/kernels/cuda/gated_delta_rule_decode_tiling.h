@@ -33,6 +33,12 @@ enum class DecodeKernel : uint8_t {
   /// q/k conv of its own lanes' columns and needs no block barrier; rows_per_block / warps rows
   /// per warp.
   kWarp,
+  /// decode_prep_kernel + decode_rows_kernel (T = 1, d_k = d_v in {64, 128}, a conv of 4 taps,
+  /// needs GatedDeltaRuleDecodeParams::workspace): the conv, gates and inputs of each (sequence,
+  /// key head) prepared once into the workspace, then rows_per_block rows per block of `warps`
+  /// warps (2, 4 or 8 rows per warp), launched as the first kernel's programmatic dependent (state
+  /// loads before its wait).
+  kSplit,
 };
 
 struct DecodeTiling {
@@ -42,7 +48,7 @@ struct DecodeTiling {
   bool bulk() const { return kernel == DecodeKernel::kBulk; }
 };
 
-/// "R32w8c8" (block kernel), "bulk32w8", "W16w4c16" (warp kernel); cluster from
+/// "R32w8c8" (block kernel), "bulk32w8", "W16w4c16" (warp kernel), "S8w1" (split); cluster from
 /// decode_cluster_size.
 std::string decode_tiling_name(DecodeTiling tiling, int64_t group, int64_t d_v);
 
@@ -66,10 +72,11 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v);
 /// The tiling gated_delta_rule_decode uses for B sequences of T tokens, H key heads of group d_v
 /// rows; `overlap`: GatedDeltaRuleDecodeParams::overlap_previous; `warp_kernel_ok`: the call
 /// meets the warp kernel's terms (conv of 4 taps, 16-byte aligned tensors), else the block kernel;
-/// `counted`: the call gives arrival counters (GatedDeltaRuleDecodeParams::arrivals).
+/// `counted`: the call gives arrival counters (GatedDeltaRuleDecodeParams::arrivals);
+/// `workspace_ok`: the call has a large enough workspace (the split tilings).
 DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
                                    bool overlap = false, bool warp_kernel_ok = true,
-                                   bool counted = false);
+                                   bool counted = false, bool workspace_ok = false);
 
 /// gated_delta_rule_decode with an explicit tiling (arguments already checked by the caller).
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,

@@ -323,8 +323,9 @@ const DecodeCase kTilingCases[] = {
 TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
   // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
-  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, both head
-  // dims, both pool dtypes.
+  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, the split
+  // kernels (with the workspace the case tensors carry, NaN until written), both head dims, both
+  // pool dtypes.
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
   uint32_t n = 0, runs = 0;
@@ -338,7 +339,7 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
       ++runs;
     }
   }
-  EXPECT_GE(runs, 28u) << "fewer tilings covered than the kernel is compiled for";
+  EXPECT_GE(runs, 36u) << "fewer tilings covered than the kernel is compiled for";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
@@ -367,8 +368,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
   // Host logic only (no device needed): the choice docs/perf.md measured best on the H200, named
   // as the benchmark prints it (R rows w warps c cluster: block kernel; W: warp kernel).
   auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
-                 bool overlap = false, bool warp_ok = true) {
-    const cuda::DecodeTiling t = cuda::default_decode_tiling(B, H, group, d_v, T, overlap, warp_ok);
+                 bool overlap = false, bool warp_ok = true, bool workspace_ok = false) {
+    const cuda::DecodeTiling t =
+        cuda::default_decode_tiling(B, H, group, d_v, T, overlap, warp_ok, false, workspace_ok);
     EXPECT_GT(cuda::decode_cluster_size(t, group, d_v), 0)
         << "B " << B << " H " << H << " group " << group << " d_v " << d_v << " T " << T;
     return cuda::decode_tiling_name(t, group, d_v);
@@ -391,6 +393,17 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
   // From 1024 units: whole key heads per block, the most warps.
   EXPECT_EQ(pick(64, 16, 2, 128), "R256w8c1");
   EXPECT_EQ(pick(1024, 32, 1, 128), "R128w4c1");
+  // With a workspace, from 1024 units, one token: the split kernels, 8 rows per 1-warp block;
+  // below, or verifying, as without.
+  auto pick_ws = [&](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1) {
+    return pick(B, H, group, d_v, T, false, true, /*workspace_ok=*/true);
+  };
+  EXPECT_EQ(pick_ws(64, 16, 2, 128), "S8w1");
+  EXPECT_EQ(pick_ws(1024, 32, 1, 128), "S8w1");
+  EXPECT_EQ(pick_ws(64, 16, 1, 64), "S8w1");
+  EXPECT_EQ(pick_ws(8, 32, 1, 128), "bulk32w8");
+  EXPECT_EQ(pick_ws(1, 16, 2, 128), "W16w4c16");
+  EXPECT_EQ(pick_ws(1024, 32, 1, 128, /*T=*/2), "R128w4c1");
   // A key head of 512 rows (GVA 4:1): the largest blocks, a cluster of 2.
   EXPECT_EQ(pick(64, 16, 4, 128), "R256w8c2");
   // A key head of 8 value heads: no bulk (at most 4), no 16-row warp tiling (a cluster of 64),
@@ -402,7 +415,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
     for (int64_t group : {1, 2, 4})
       for (int64_t d : {64, 128})
         for (int64_t T : {1, 3})
-          for (bool overlap : {false, true}) pick(B, 4, group, d, T, overlap);
+          for (bool overlap : {false, true})
+            for (bool workspace_ok : {false, true})
+              pick(B, 4, group, d, T, overlap, true, workspace_ok);
 
   // Overlapped steps: below 128 units the block kernel with 32 rows / 8 warps; 128 to 256 units
   // 64 rows / 4 warps (the bulk kernel does not overlap); above, and for verify, as without.
@@ -442,6 +457,16 @@ TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
   const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 4});
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   EXPECT_NE(s.message().find("256 rows per block"), std::string::npos) << s.to_string();
+  // The split kernels without a workspace, or with one too small: refused, nothing written.
+  const cuda::DecodeTiling split{8, 4, cuda::DecodeKernel::kSplit};
+  GatedDeltaRuleDecodeParams p = gpu.decode_params(true);
+  p.workspace = TensorView();
+  const Status none = gpu_decode(p, split);
+  EXPECT_EQ(none.code(), ErrorCode::kUnsupported) << none.to_string();
+  EXPECT_NE(none.message().find("workspace"), std::string::npos) << none.to_string();
+  p.workspace = gpu.workspace.view().slice(0, 1);
+  EXPECT_EQ(gpu_decode(p, split).code(), ErrorCode::kUnsupported);
+  EXPECT_TRUE(still_poisoned(gpu.o.to(Device::cpu()).view())) << "a refused call wrote o";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, MisalignedInputsTakeTheBlockKernel) {

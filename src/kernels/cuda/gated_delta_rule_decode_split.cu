@@ -1,0 +1,209 @@
+// CUDA two-kernel decode step (T = 1) of gated_delta_rule_decode (DecodeKernel::kSplit; needs
+// GatedDeltaRuleDecodeParams::workspace, a conv of 4 taps and 16-byte aligned tensors). Why two
+// kernels: an in-place copy of the state runs fastest in small blocks with few bytes in flight
+// (docs/perf.md, 2026-11-30 fourth session: 4 or 8 rows per block 4.24-4.29 TB/s at B >= 256,
+// against 4.0 for blocks shaped as the whole-key-head tilings), but a small block cannot afford
+// the key head's q/k conv of its own. So:
+//   decode_prep_kernel, one block per (sequence, key head): the q/k conv outputs (raw, before
+//     the l2 norms), the key head's v conv outputs, the decays and beta into the workspace; the
+//     conv windows advanced in place (commit); lets its dependent launch at its start.
+//   decode_rows_kernel, its programmatic dependent, kRows rows of one value head per block of
+//     kWarps warps: the slot id and the state rows loaded before griddepcontrol.wait (nothing the
+//     prep kernel writes), then the prepared values, delta_rule_rows, the rows stored back
+//     (commit) or to step_states (verify with one token).
+// Measured (ncu, GDN B=1024, seventh session): prep 42 us, rows 1.03 ms at 87% of DRAM peak; the
+// two together 1082 us against the one-kernel R256w8c1's 1120.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "kernels/cuda/gated_delta_rule_decode_common.cuh"
+#include "kernels/cuda/gated_delta_rule_decode_vec.cuh"
+
+namespace hyla::kernels::cuda::decode_detail {
+
+namespace {
+
+constexpr int kPrepThreads = 128;
+
+/// Where one sequence's values sit in its part of the workspace (floats).
+struct WorkspaceLayout {
+  int64_t qk, v, decay, beta;  ///< q|k [H][2 d_k], v [HV][d_v], decay [HV][1 or d_k], beta [HV]
+};
+__device__ __forceinline__ WorkspaceLayout workspace_layout(const StepArgs& p, int dk, bool kda) {
+  WorkspaceLayout l;
+  l.qk = 0;
+  l.v = int64_t(p.H) * 2 * dk;
+  l.decay = l.v + int64_t(p.HV) * dk;
+  l.beta = l.decay + int64_t(p.HV) * (kda ? dk : 1);
+  return l;
+}
+
+/// Channel c of key head kh's [q | k | v of its group value heads] in qkv / the conv pool, and
+/// where its output goes in the sequence's workspace.
+struct PrepChannel {
+  int64_t ch, ws;
+};
+template <int kDk>
+__device__ __forceinline__ PrepChannel prep_channel(const StepArgs& p, const WorkspaceLayout& l,
+                                                    int kh, int c) {
+  if (c < 2 * kDk)
+    return {(c < kDk ? 0 : int64_t(p.H) * kDk) + int64_t(kh) * kDk + c % kDk,
+            l.qk + int64_t(kh) * 2 * kDk + c};
+  const int64_t head_rows = int64_t(p.group) * kDk, cv = c - 2 * kDk;
+  return {2 * int64_t(p.H) * kDk + kh * head_rows + cv, l.v + kh * head_rows + cv};
+}
+
+/// One thread per run of kPrepRun consecutive channels (of the key head's 2 d_k + group d_v), all
+/// of its loads as vectors and in flight together (load_vec_bits), then its conv. The first
+/// version loaded a channel at a time, converting each bf16 at its load, and took 94 us at GDN
+/// B=1024 (ncu: 1.3 TB/s, latency-bound; 197 us for KDA) against 1040 for the rows kernel.
+constexpr int kPrepRun = 4;
+
+template <bool kKda, int kDk>
+__global__ void __launch_bounds__(kPrepThreads)
+    decode_prep_kernel(const __grid_constant__ StepArgs p) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  constexpr int kN = kPrepRun;
+  const int kh = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const int slot = p.slots[b];
+  if (slot < 0 || slot >= p.num_slots) return;
+  const WorkspaceLayout l = workspace_layout(p, kDk, kKda);
+  float* const ws = p.workspace + int64_t(b) * p.workspace_stride;
+  const int head_rows = p.group * kDk;
+  const int runs = (2 * kDk + head_rows) / kN;
+  for (int r = tid; r < runs; r += kPrepThreads) {
+    const PrepChannel pc = prep_channel<kDk>(p, l, kh, r * kN);
+    ConvRun<kN> in;
+    load_run_weights(p, pc.ch, in);
+    load_vec_bits<kN>(p.qkv, p.qkv_bf16, int64_t(b) * p.conv_dim + pc.ch, in.x);
+    load_run_window(p, slot, pc.ch, in);
+    float y[kN];
+    conv_run(p, in, y);
+    *reinterpret_cast<float4*>(ws + pc.ws) = make_float4(y[0], y[1], y[2], y[3]);
+    if (p.commit) store_run_window(p, slot, pc.ch, in);
+  }
+  // Gates (fp32): GDN one decay per value head, KDA one per (value head, key channel).
+  if constexpr (kKda) {
+    for (int r = tid; r < head_rows / kN; r += kPrepThreads) {
+      const int hv = kh * p.group + r * kN / kDk, c = r * kN % kDk;
+      uint32_t f_in[kN];
+      load_vec_bits<kN>(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c, f_in);
+      const float4 bias = *reinterpret_cast<const float4*>(p.dt_bias + hv * kDk + c);
+      const float a_scale = expf(p.A_log[hv]);
+      float f[kN];
+      vec_to_float(f_in, p.a_bf16, f);
+      const float bs[kN] = {bias.x, bias.y, bias.z, bias.w};
+      float d[kN];
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+        d[j] = expf(gate_log_decay(a_scale, f[j] + bs[j], p.safe_gate, p.lower_bound));
+      *reinterpret_cast<float4*>(ws + l.decay + int64_t(hv) * kDk + c) =
+          make_float4(d[0], d[1], d[2], d[3]);
+    }
+  }
+  if (tid < p.group) {
+    const int hv = kh * p.group + tid;
+    const uint32_t beta_in = load_bits(p.b, p.b_bf16, int64_t(b) * p.HV + hv);
+    if constexpr (!kKda) {
+      const uint32_t a_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.HV + hv);
+      const float x = bits_to_float(a_in, p.a_bf16) + p.dt_bias[hv];
+      ws[l.decay + hv] = expf(gate_log_decay(expf(p.A_log[hv]), x, false, 0.0f));
+    }
+    ws[l.beta + hv] = sigmoid(bits_to_float(beta_in, p.b_bf16));
+  }
+}
+
+template <typename Ts, bool kKda, int kDk, int kRows, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps)
+    decode_rows_kernel(const __grid_constant__ StepArgs p) {
+  constexpr int kPerLane = kDk / 32, kRowsPerWarp = kRows / kWarps;
+  static_assert(kDk % 32 == 0 && kRows % kWarps == 0 && kDk % kRows == 0);
+  trigger_dependents(p, 0);
+  const int b = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int slot = p.slots[b];
+  if (slot < 0 || slot >= p.num_slots) {
+    // Waits all the same: this grid must not end before the prep kernel, whose window writes
+    // the work after it on the stream may read.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    return;
+  }
+  const int first_row = int(blockIdx.x) * kRows;  // over the sequence's HV d_v rows
+  const int hv = first_row / kDk, r0 = first_row % kDk + warp * kRowsPerWarp;
+  const int64_t head_row0 = int64_t(hv) * kDk + r0;  // the warp's first row in [HV, d_v]
+  Ts* const rows_ptr =
+      static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + head_row0) * kDk + lane * kPerLane;
+  float row[kRowsPerWarp][kPerLane];
+#pragma unroll
+  for (int u = 0; u < kRowsPerWarp; ++u)
+    RowFragment<Ts, kPerLane>::load(rows_ptr + u * kDk, row[u]);
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the prep kernel has finished
+
+  const WorkspaceLayout l = workspace_layout(p, kDk, kKda);
+  const float* const ws = p.workspace + int64_t(b) * p.workspace_stride;
+  const int kh = hv / p.group;
+  float q[kPerLane], k[kPerLane], dd[kPerLane];
+  RowFragment<float, kPerLane>::load(ws + l.qk + int64_t(kh) * 2 * kDk + lane * kPerLane, q);
+  RowFragment<float, kPerLane>::load(ws + l.qk + int64_t(kh) * 2 * kDk + kDk + lane * kPerLane, k);
+  if constexpr (kKda) {
+    RowFragment<float, kPerLane>::load(ws + l.decay + int64_t(hv) * kDk + lane * kPerLane, dd);
+  } else {
+    const float decay = ws[l.decay + hv];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) dd[j] = decay;
+  }
+  const float beta = ws[l.beta + hv];
+  const float* const v = ws + l.v + head_row0;
+  const float mine = delta_rule_rows(row, q, k, dd, beta, p.scale, [&](int u) { return v[u]; });
+
+  Ts* const out = p.commit ? rows_ptr
+                           : static_cast<Ts*>(p.step_states) +
+                                 (int64_t(b) * p.HV * kDk + head_row0) * kDk + lane * kPerLane;
+#pragma unroll
+  for (int u = 0; u < kRowsPerWarp; ++u) RowFragment<Ts, kPerLane>::store(out + u * kDk, row[u]);
+  if (lane < kRowsPerWarp)
+    store_any(p.o, p.o_bf16, int64_t(b) * p.HV * kDk + head_row0 + lane, mine);
+}
+
+}  // namespace
+
+template <typename Ts, bool kKda, int kDk>
+Status launch_split(const StepArgs& args, int B, int rows_per_block, int warps,
+                    cudaStream_t stream) {
+  // The prep kernel runs in stream order (overlap_previous is ignored: it writes the workspace,
+  // which the kernel before it may be reading if that is the previous split step).
+  decode_prep_kernel<kKda, kDk>
+      <<<dim3(unsigned(args.H), unsigned(B)), kPrepThreads, 0, stream>>>(args);
+  HYLA_CUDA_CHECK(cudaGetLastError());
+  const unsigned blocks_per_seq = unsigned(int64_t(args.HV) * kDk / rows_per_block);
+  const dim3 grid(blocks_per_seq, unsigned(B));
+  const int key = rows_per_block * 100 + warps;
+  switch (key) {
+#define HYLA_SPLIT_CASE(R, W)                                                    \
+  case R * 100 + W:                                                              \
+    launch_kernel_ex<decode_rows_kernel<Ts, kKda, kDk, R, W>>(                   \
+        {.grid = grid, .block = dim3(32 * W), .dependent = true}, stream, args); \
+    return ok_status();
+    HYLA_SPLIT_CASE(8, 1)
+    HYLA_SPLIT_CASE(8, 2)
+    HYLA_SPLIT_CASE(8, 4)
+    HYLA_SPLIT_CASE(16, 2)
+    HYLA_SPLIT_CASE(16, 8)
+#undef HYLA_SPLIT_CASE
+    default:
+      return unsupported("gated_delta_rule_decode (CUDA): no split tiling of ", rows_per_block,
+                         " rows / ", warps, " warps per block");
+  }
+}
+
+template Status launch_split<float, false, 64>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<float, false, 128>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<float, true, 64>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<float, true, 128>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<uint16_t, false, 64>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<uint16_t, false, 128>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<uint16_t, true, 64>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<uint16_t, true, 128>(const StepArgs&, int, int, int, cudaStream_t);
+
+}  // namespace hyla::kernels::cuda::decode_detail
