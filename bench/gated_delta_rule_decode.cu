@@ -224,10 +224,9 @@ CaseResult run_case(const Case& c, int B, int d,
   p.o = d_o;
   if (counted) p.arrivals = d_arrivals;
   if (c.kda) p.lower_bound = -5.0f;
-  const kernels::DecodeShape shape{
-      .T = 1, .B = B, .H = c.H, .HV = c.HV, .d_k = d, .d_v = d, .conv_dim = conv_dim, .kda = c.kda};
-  Tensor d_workspace = Tensor::empty({kernels::gated_delta_rule_decode_workspace_bytes(shape) / 4},
-                                     DType::kF32, gpu);
+  const int64_t workspace_bytes =
+      kernels::gated_delta_rule_decode_workspace_bytes(kernels::decode_shape(p));
+  Tensor d_workspace = Tensor::empty({workspace_bytes / 4}, DType::kF32, gpu);
   p.workspace = d_workspace;
 
   // Check against the CPU body on slot set 0.

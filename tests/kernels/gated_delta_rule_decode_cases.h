@@ -186,16 +186,9 @@ inline DecodeTensors make_decode_tensors(const DecodeCase& c, int64_t B, int64_t
     t.norm_weight = random_uniform({d_v}, DType::kF32, rng, 0.5f, 1.5f);
     t.norm_gate = random_uniform({rows, HV, d_v}, c.act, rng, -2.0f, 2.0f);
   }
-  const kernels::DecodeShape shape{.T = T,
-                                   .B = B,
-                                   .H = H,
-                                   .HV = HV,
-                                   .d_k = d_k,
-                                   .d_v = d_v,
-                                   .conv_dim = conv_dim,
-                                   .kda = c.kda()};
-  t.workspace =
-      poisoned({kernels::gated_delta_rule_decode_workspace_bytes(shape) / 4}, DType::kF32);
+  const int64_t workspace_bytes = kernels::gated_delta_rule_decode_workspace_bytes(
+      kernels::decode_shape(t.decode_params(true)));
+  t.workspace = poisoned({workspace_bytes / 4}, DType::kF32);
   return t;
 }
 
