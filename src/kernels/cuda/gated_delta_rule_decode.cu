@@ -246,7 +246,8 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
   // With a workspace (GatedDeltaRuleDecodeParams::workspace), one token, from 1024 units: the
   // split kernels, 8 rows per 1-warp block (GDN B=64 / 256 / 1024: 72.2 / 274.6 / 1081.6 us
   // against R256w8c1's 76.3 / 285.8 / 1120.2; KDA 76.4 / 287.1 / 1123.8 against R128w4c1's 79.6
-  // / 293.2 / 1143.2; S8w4 within 1%, S8w2 2-3% slower; docs/perf.md 2026-11-30, seventh session).
+  // / 293.2 / 1143.2; S8w4 0.3-1.6% slower (KDA B=64 0.4% faster), S8w2 1-3% slower; docs/perf.md
+  // 2026-11-30, seventh session).
   if (workspace_ok && T == 1 && units >= 1024) {
     const DecodeTiling split{8, 1, DecodeKernel::kSplit};
     if (decode_cluster_size(split, group, d_v) == 1) return split;
