@@ -364,7 +364,7 @@ Status launch_bf16_pool(const StepArgs& args, bool kda, int d_k, int B, DecodeTi
                         cudaStream_t stream);
 
 /// Two-kernel decode (T = 1, d_k = d_v; gated_delta_rule_decode_split.cu): rows_per_block 8 or
-/// 16 (2 rows per warp).
+/// 16, 2, 4 or 8 rows per warp.
 template <typename Ts, bool kKda, int kDk>
 Status launch_split(const StepArgs& args, int B, int rows_per_block, int warps,
                     cudaStream_t stream);

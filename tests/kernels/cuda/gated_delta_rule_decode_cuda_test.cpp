@@ -457,7 +457,8 @@ TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
   const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 4});
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   EXPECT_NE(s.message().find("256 rows per block"), std::string::npos) << s.to_string();
-  // The split kernels without a workspace, or with one too small: refused, nothing written.
+  // The split kernels without a workspace: refused; with one too small: refused by the argument
+  // check (check_gated_delta_rule_decode); nothing written either way.
   const cuda::DecodeTiling split{8, 4, cuda::DecodeKernel::kSplit};
   GatedDeltaRuleDecodeParams p = gpu.decode_params(true);
   p.workspace = TensorView();
@@ -465,7 +466,10 @@ TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
   EXPECT_EQ(none.code(), ErrorCode::kUnsupported) << none.to_string();
   EXPECT_NE(none.message().find("workspace"), std::string::npos) << none.to_string();
   p.workspace = gpu.workspace.view().slice(0, 1);
-  EXPECT_EQ(gpu_decode(p, split).code(), ErrorCode::kUnsupported);
+  const Status small = gpu_decode(p, split);
+  EXPECT_EQ(small.code(), ErrorCode::kInvalidArgument) << small.to_string();
+  EXPECT_NE(small.message().find("workspace holds 4 bytes"), std::string::npos)
+      << small.to_string();
   EXPECT_TRUE(still_poisoned(gpu.o.to(Device::cpu()).view())) << "a refused call wrote o";
 }
 
