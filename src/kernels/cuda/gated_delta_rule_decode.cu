@@ -341,34 +341,25 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   if (tiling.kernel == DecodeKernel::kBlock && tiling.warps != 4 && tiling.warps != 8 &&
       tiling.warps != 16)
     return unsupported("gated_delta_rule_decode (CUDA): ", tiling.warps, " warps per block");
-  if (tiling.kernel == DecodeKernel::kSplit) {
-    if (T != 1)
-      return unsupported("gated_delta_rule_decode (CUDA): the split kernels take one token, not ",
-                         T);
-    if (p.conv_weight.size(1) != 4 || !warp_kernel_aligned(p))
-      return unsupported(
-          "gated_delta_rule_decode (CUDA): the split kernels take a conv of 4 taps and 16-byte "
-          "aligned qkv, conv weight, conv state, gate inputs, dt_bias and state pool");
-    if (!decode_workspace_ok(p))
-      return unsupported(
-          "gated_delta_rule_decode (CUDA): the split kernels need a workspace of at least ",
-          gated_delta_rule_decode_workspace_bytes(s),
-          " bytes on the kernel's device, 16-byte aligned (GatedDeltaRuleDecodeParams::workspace)");
-  }
-  if (tiling.kernel == DecodeKernel::kWarp) {
-    if (T != 1)
-      return unsupported("gated_delta_rule_decode (CUDA): the warp kernel takes one token, not ",
-                         T);
+  // The warp and split kernels take one token, a conv of 4 taps and 16-byte aligned tensors
+  // (vector loads: warp_kernel_aligned).
+  if (tiling.kernel == DecodeKernel::kWarp || tiling.kernel == DecodeKernel::kSplit) {
+    const char* op = tiling.kernel == DecodeKernel::kWarp
+                         ? "gated_delta_rule_decode (CUDA, warp kernel)"
+                         : "gated_delta_rule_decode (CUDA, split kernels)";
+    if (T != 1) return unsupported(op, ": one token per sequence only, not ", T);
     if (p.conv_weight.size(1) != 4)
-      return unsupported(
-          "gated_delta_rule_decode (CUDA): the warp kernel takes a conv of 4 taps, not ",
-          p.conv_weight.size(1));
+      return unsupported(op, ": a conv of 4 taps only, not ", p.conv_weight.size(1));
     if (!warp_kernel_aligned(p))
-      return unsupported(
-          "gated_delta_rule_decode (CUDA): the warp kernel needs 16-byte aligned "
-          "qkv, conv weight, conv state, gate inputs, dt_bias, state pool and step "
-          "states");
+      return unsupported(op,
+                         ": needs 16-byte aligned qkv, conv weight, conv state, gate inputs, "
+                         "dt_bias, state pool and step states");
   }
+  if (tiling.kernel == DecodeKernel::kSplit && !decode_workspace_ok(p))
+    return unsupported(
+        "gated_delta_rule_decode (CUDA): the split kernels need a workspace of at least ",
+        gated_delta_rule_decode_workspace_bytes(s),
+        " bytes on the kernel's device, 16-byte aligned (GatedDeltaRuleDecodeParams::workspace)");
   if (B == 0) return ok_status();
 
   StepArgs args{};
