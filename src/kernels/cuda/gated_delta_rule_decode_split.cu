@@ -115,8 +115,11 @@ __global__ void __launch_bounds__(kPrepThreads)
   }
 }
 
+// 1-warp blocks held to 64 registers (32 resident per SM): KDA's f32 body needs 68 otherwise (28
+// per SM; KDA B=1024 1119.6 us against 1122.9, B=64 76.15 against 76.42; docs/perf.md 2026-11-30
+// ninth session). Spills would cost more than occupancy gains: keep it spill-free.
 template <typename Ts, bool kKda, int kDk, int kRows, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps)
+__global__ void __launch_bounds__(32 * kWarps, kWarps == 1 ? 32 : 1)
     decode_rows_kernel(const __grid_constant__ StepArgs p) {
   constexpr int kPerLane = kDk / 32, kRowsPerWarp = kRows / kWarps;
   static_assert(kDk % 32 == 0 && kRows % kWarps == 0 && kDk % kRows == 0);
