@@ -13,8 +13,9 @@
 #
 # What comes back (the device returns at most 8 files from $OUT): summary.txt (everything this
 # script prints: GPU, commit, build time, test summary, every benchmark table, fla's times),
-# gpu_tests.log, one .jsonl per benchmark step run, fla.json. Build and fla logs stay in $LOGS
-# (their errors are printed, so they reach summary.txt).
+# gpu_tests.log, one .jsonl per benchmark step run, fla.json; with bench and fla, the side-by-side
+# table and the ANCHORS.md section 4 verdicts (tools/gpu/decode_vs_fla.py). Build and fla logs
+# stay in $LOGS (their errors are printed, so they reach summary.txt).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${OUT:-/tmp/hyla_out}
@@ -70,4 +71,10 @@ if want fla; then
   PYTHONUNBUFFERED=1 PYTHONPATH=third_party_peer timeout 420 python3 third_party_peer/bench_fla.py \
     --only gdn_decode,kda_decode --decode-layouts vk --out "$OUT/fla.json" > "$LOGS/fla.log" 2>&1
   echo "fla rc=$?"; grep -E "TIME|CHECK|error|Error" "$LOGS/fla.log" | sed -E 's/^\[ *[0-9.]+s\] //' | tail -40
+fi
+if want fla && want bench && [[ -s $OUT/fla.json ]]; then
+  echo "== side by side (tools/gpu/decode_vs_fla.py)"
+  ovl=()
+  want overlap && ovl=("$OUT/hyla_decode_overlap.jsonl")
+  python3 tools/gpu/decode_vs_fla.py "$OUT/hyla_decode.jsonl" ${ovl[@]+"${ovl[@]}"} "$OUT/fla.json"
 fi
