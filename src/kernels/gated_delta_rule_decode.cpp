@@ -60,9 +60,18 @@ DecodeShape decode_shape(const GatedDeltaRuleDecodeParams& p) {
   return s;
 }
 
+DecodeWorkspaceLayout decode_workspace_layout(const DecodeShape& s) {
+  DecodeWorkspaceLayout l;
+  l.qk = 0;
+  l.v = s.H * 2 * s.d_k;
+  l.decay = l.v + s.HV * s.d_v;
+  l.beta = l.decay + s.HV * (s.kda ? s.d_k : 1);
+  l.floats = (l.beta + s.HV + 3) / 4 * 4;
+  return l;
+}
+
 int64_t gated_delta_rule_decode_workspace_bytes(const DecodeShape& s) {
-  const int64_t floats = s.H * 2 * s.d_k + s.HV * s.d_v + s.HV * (s.kda ? s.d_k : 1) + s.HV;
-  return s.B * ((floats + 3) / 4 * 4) * int64_t(sizeof(float));
+  return s.B * decode_workspace_layout(s).floats * int64_t(sizeof(float));
 }
 
 Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {

@@ -108,9 +108,17 @@ struct DecodeShape {
 };
 DecodeShape decode_shape(const GatedDeltaRuleDecodeParams& p);
 
-/// Bytes of GatedDeltaRuleDecodeParams::workspace a call of this shape can use: per sequence the
-/// conv outputs q, k (H 2 d_k), v (HV d_v), the decays (HV, KDA: HV d_k) and beta (HV), fp32,
-/// each sequence's part rounded up to 16 bytes.
+/// One sequence's part of GatedDeltaRuleDecodeParams::workspace, offsets in floats from the
+/// part's start: the conv outputs q | k [H][2 d_k] and v [HV][d_v], the decays [HV] (KDA:
+/// [HV][d_k]) and beta [HV], fp32; `floats`: the part's size, rounded up to 16 bytes (the parts
+/// follow one another, sequence b's at b floats).
+struct DecodeWorkspaceLayout {
+  int64_t qk, v, decay, beta, floats;
+};
+DecodeWorkspaceLayout decode_workspace_layout(const DecodeShape& s);
+
+/// Bytes of GatedDeltaRuleDecodeParams::workspace a call of this shape can use: B parts of
+/// decode_workspace_layout(s).floats.
 int64_t gated_delta_rule_decode_workspace_bytes(const DecodeShape& s);
 
 /// Shapes and dtypes of p (values of device-resident index tensors are not read).

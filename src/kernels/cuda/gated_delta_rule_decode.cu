@@ -397,7 +397,7 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
     args.arrivals = reinterpret_cast<unsigned*>(p.arrivals.data<int32_t>());
   if (tiling.kernel == DecodeKernel::kSplit) {
     args.workspace = static_cast<float*>(p.workspace.raw());
-    args.workspace_stride = gated_delta_rule_decode_workspace_bytes(s) / int64_t(sizeof(float)) / B;
+    args.workspace_layout = decode_workspace_layout(s);
   }
   const bool bf16_state = p.state_pool.dtype() == DType::kBF16;
   const DecodeTiling rows = tiling;

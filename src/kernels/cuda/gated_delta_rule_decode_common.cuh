@@ -53,10 +53,10 @@ struct StepArgs {
   /// launched without a cluster and the last one to have read the q/k windows (the counter's last
   /// arrival) advances them; null: a cluster barrier orders the window writes after the reads.
   unsigned* arrivals;
-  /// The split tilings (DecodeKernel::kSplit): GatedDeltaRuleDecodeParams::workspace and the
-  /// floats of one sequence's part of it.
+  /// The split tilings (DecodeKernel::kSplit): GatedDeltaRuleDecodeParams::workspace and where
+  /// one sequence's values sit in it.
   float* workspace;
-  int64_t workspace_stride;
+  DecodeWorkspaceLayout workspace_layout;
 };
 
 /// Lets the dependent grid launch when `where` is the trigger point chosen in p.

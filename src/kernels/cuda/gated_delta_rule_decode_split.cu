@@ -27,27 +27,14 @@ namespace {
 
 constexpr int kPrepThreads = 128;
 
-/// Where one sequence's values sit in its part of the workspace (floats).
-struct WorkspaceLayout {
-  int64_t qk, v, decay, beta;  ///< q|k [H][2 d_k], v [HV][d_v], decay [HV][1 or d_k], beta [HV]
-};
-__device__ __forceinline__ WorkspaceLayout workspace_layout(const StepArgs& p, int dk, bool kda) {
-  WorkspaceLayout l;
-  l.qk = 0;
-  l.v = int64_t(p.H) * 2 * dk;
-  l.decay = l.v + int64_t(p.HV) * dk;
-  l.beta = l.decay + int64_t(p.HV) * (kda ? dk : 1);
-  return l;
-}
-
 /// Channel c of key head kh's [q | k | v of its group value heads] in qkv / the conv pool, and
 /// where its output goes in the sequence's workspace.
 struct PrepChannel {
   int64_t ch, ws;
 };
 template <int kDk>
-__device__ __forceinline__ PrepChannel prep_channel(const StepArgs& p, const WorkspaceLayout& l,
-                                                    int kh, int c) {
+__device__ __forceinline__ PrepChannel prep_channel(const StepArgs& p,
+                                                    const DecodeWorkspaceLayout& l, int kh, int c) {
   if (c < 2 * kDk)
     return {(c < kDk ? 0 : int64_t(p.H) * kDk) + int64_t(kh) * kDk + c % kDk,
             l.qk + int64_t(kh) * 2 * kDk + c};
@@ -69,8 +56,8 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int kh = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int slot = p.slots[b];
   if (slot < 0 || slot >= p.num_slots) return;
-  const WorkspaceLayout l = workspace_layout(p, kDk, kKda);
-  float* const ws = p.workspace + int64_t(b) * p.workspace_stride;
+  const DecodeWorkspaceLayout& l = p.workspace_layout;
+  float* const ws = p.workspace + int64_t(b) * l.floats;
   const int head_rows = p.group * kDk;
   const int runs = (2 * kDk + head_rows) / kN;
   for (int r = tid; r < runs; r += kPrepThreads) {
@@ -143,8 +130,8 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 1 ? 32 : 1)
     RowFragment<Ts, kPerLane>::load(rows_ptr + u * kDk, row[u]);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // the prep kernel has finished
 
-  const WorkspaceLayout l = workspace_layout(p, kDk, kKda);
-  const float* const ws = p.workspace + int64_t(b) * p.workspace_stride;
+  const DecodeWorkspaceLayout& l = p.workspace_layout;
+  const float* const ws = p.workspace + int64_t(b) * l.floats;
   const int kh = hv / p.group;
   float q[kPerLane], k[kPerLane], dd[kPerLane];
   RowFragment<float, kPerLane>::load(ws + l.qk + int64_t(kh) * 2 * kDk + lane * kPerLane, q);
