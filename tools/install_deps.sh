@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   cmake                  # >= 3.24
   ninja-build
-  g++                    # C++20; libgomp (OpenMP) comes with it
+  g++                    # C++20
   git                    # tools/format.sh lists tracked files
   libcli11-dev           # the hyla command's argument parser (CLI11, header-only)
   libgtest-dev           # tests (GoogleTest)
@@ -17,7 +17,7 @@ packages=(
   nlohmann-json3-dev     # JSON: safetensors headers, config.json (header-only)
   libpcre2-dev           # tokenizer: pre-tokenizer regexes (optional in CMake: no tokenizer without)
   libicu-dev             # tokenizer: NFC normalization (optional like PCRE2)
-  libopenblas-openmp-dev # BLAS; the OpenMP build runs single-threaded inside parallel regions
+  libopenblas-openmp-dev # BLAS, run single-threaded inside Hyla's own parallel tasks
   clang-format           # tools/format.sh (version 14 on Debian 12)
 )
 

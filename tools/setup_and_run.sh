@@ -21,9 +21,6 @@ cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON -DCMAKE_BUILD_TYPE=
   -DHYLA_SANITIZE=OFF -DHYLA_CUDA="${HYLA_CUDA:-AUTO}"
 cmake --build "$build_dir" --target hyla_cli
 
-# Idle OpenMP workers sleep instead of spinning: a tiny model's decode step is short, and on a
-# small or shared machine spinning threads take the cores the working ones need.
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 if [[ ! -f models/hyla-demo/model.safetensors ]]; then
   echo "setup_and_run.sh: models/hyla-demo has no model yet (tools/demo/train.py makes it, see" \
     "models/README.md); running the CPU self-check instead"

@@ -10,11 +10,14 @@
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
+#include "core/cpu_features.h"
+#include "core/parallel.h"
 #ifdef HYLA_WITH_PCRE2
 #include "cli/tokenize.h"
 #endif
 
 int main(int argc, char** argv) {
+  hyla::choose_blas_kernels(argv);  // may re-execute with OPENBLAS_CORETYPE set (cpu_features.h)
   CLI::App app{"Hyla: inference engine for hybrid linear-attention LLMs"};
   app.set_version_flag("--version", std::string("hyla ") + HYLA_VERSION);
   app.require_subcommand(0, 1);
@@ -26,6 +29,10 @@ int main(int argc, char** argv) {
   sc->add_option("--repeats", selfcheck.repeats, "timed repetitions")->check(CLI::Range(1, 100));
   sc->add_option("--threads", selfcheck.threads, "worker threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
+  sc->add_option("--model", selfcheck.model_dir,
+                 "model whose decode is timed against the read bound (default: the demo model)");
+  sc->add_option("--decode-tokens", selfcheck.decode_tokens, "greedy tokens of that decode")
+      ->check(CLI::Range(int64_t{8}, int64_t{1} << 16));
 
   std::string inspect_path;
   CLI::App* inspect = app.add_subcommand(
@@ -64,6 +71,13 @@ int main(int argc, char** argv) {
   gen->add_flag("--ignore-eos", generate.ignore_eos, "text: do not stop at the end-of-text token");
   gen->add_flag("--json", generate.json,
                 "print one JSON object instead of lines of ids or streamed text");
+  int threads = 0;
+  gen->add_option("--threads", threads,
+                  "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
+      ->check(CLI::Range(1, 1024));
+  bool verbose = false;
+  gen->add_flag("--verbose", verbose,
+                "print the CPU's vector units, the threads and the GEMM kernels to stderr first");
 
 #ifdef HYLA_WITH_PCRE2
   std::string tokenizer_path;
@@ -80,7 +94,16 @@ int main(int argc, char** argv) {
   if (tok->parsed()) return hyla::cli::run_tokenize(tokenizer_path);
   if (detok->parsed()) return hyla::cli::run_detokenize(tokenizer_path);
 #endif
-  if (gen->parsed()) return hyla::cli::run_generate(generate);
+  if (gen->parsed()) {
+    if (threads > 0) hyla::set_num_threads(threads);
+    if (verbose) {
+      std::fprintf(stderr, "cpu: %s; OpenBLAS kernels for it: %s\nthreads: %s\n",
+                   hyla::cpu_features().summary().c_str(),
+                   hyla::blas_core_for(hyla::cpu_features()).c_str(),
+                   hyla::threading_summary().c_str());
+    }
+    return hyla::cli::run_generate(generate);
+  }
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);
   std::printf("%s", app.help().c_str());

@@ -1,15 +1,21 @@
 // `hyla selfcheck`: (1) chunk == recurrent on random varlen GDN and KDA problems with initial
 // states, (2) the delta rule's overwrite property (beta = 1 under one key reads back the last
-// value), (3) a short benchmark of both algorithms and the one prefill uses.
+// value), (3) a short benchmark of both algorithms and the one prefill uses, (4) the machine: its
+// vector units, the BLAS kernels, the threads, the FMA peak, the sgemm rate against it and the
+// read bandwidth, and (5) the demo model's decode rate against the bound that bandwidth sets.
 #include "cli/selfcheck.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <vector>
 
+#include "cli/generate.h"
+#include "cli/machine.h"
+#include "core/cpu_features.h"
 #include "core/parallel.h"
 #include "kernels/gated_delta_rule.h"
 
@@ -169,6 +175,39 @@ int run_selfcheck(const SelfcheckOptions& options) {
     std::printf("| %-4s | %14.0f | %14.0f | %-9s |\n", per_channel ? "KDA" : "GDN",
                 double(T) / chunk, double(T) / rec,
                 kernels::gated_delta_rule_extend_uses_chunk(p.params) ? "chunk" : "recurrent");
+  }
+
+  // The read bound: a decode step reads every weight once, so tokens/s <= bandwidth / bytes.
+  const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
+  std::error_code ec;
+  int64_t weight_bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec))
+    if (entry.path().extension() == ".safetensors") weight_bytes += int64_t(entry.file_size(ec));
+  const MachineFigures m = measure_machine(weight_bytes > 0 ? weight_bytes : int64_t{32} << 20);
+  std::printf("\nmachine:\n");
+  std::printf("  cpu             %s\n", cpu_features().summary().c_str());
+  std::printf("  threads         %s\n", threading_summary().c_str());
+  std::printf("  fp32 FMA peak   %.1f GFLOP/s (measured: independent FMA chains on every thread)\n",
+              m.fma_peak_gflops);
+  std::printf("  sgemm           %.1f GFLOP/s = %.0f%% of that peak (64 x 256 x 1024 per thread)\n",
+              m.sgemm_gflops, 100.0 * m.sgemm_gflops / m.fma_peak_gflops);
+  std::printf("  read bandwidth  %.1f GB/s over %.1f MB\n", m.read_gbps,
+              double(m.read_bytes) / 1e6);
+  if (weight_bytes > 0) {
+    Result<DecodeFigures> d = measure_decode(model_dir, options.decode_tokens);
+    if (!d.ok()) {
+      std::printf("\ndecode: %s: %s\n", model_dir.c_str(), d.status().message().c_str());
+      ok = false;
+    } else {
+      const double bound = m.read_gbps * 1e9 / double(d->weight_bytes);
+      std::printf(
+          "\ndecode (%s, %s, 1 sequence, %lld greedy tokens):\n  %.1f tokens/s; read bound %.0f "
+          "tokens/s (%.1f MB of weights at %.1f GB/s): %.0f%% of it\n",
+          model_dir.c_str(), d->model.c_str(), (long long)d->tokens, d->tokens_per_s, bound,
+          double(d->weight_bytes) / 1e6, m.read_gbps, 100.0 * d->tokens_per_s / bound);
+    }
+  } else {
+    std::printf("\ndecode: no safetensors in %s: skipped\n", model_dir.c_str());
   }
   std::printf("\nselfcheck %s\n", ok ? "passed" : "FAILED");
   return ok ? 0 : 1;

@@ -1,7 +1,8 @@
-// Dense projection (HF nn.Linear / F.linear): y = x W^T + bias, fp32 compute through OpenBLAS.
+// Dense projection (HF nn.Linear / F.linear): y = x W^T + bias, fp32 compute.
 //   y[t, n] = sum_k x[t, k] * W[n, k] + bias[n]
-// bf16 / f16 weights are widened to fp32 a tile of rows at a time, so the full weight is never
-// copied; f32 weights go to one sgemm (or sgemv for T = 1) that OpenBLAS threads itself.
+// CPU: tiles of weight rows in parallel; a few tokens take dot products straight from the stored
+// f32 / bf16 weights, more tokens an sgemm per tile (bf16 / f16 tiles widened to fp32 first, so
+// the full weight is never copied).
 // Layouts: x and y may have any row stride (y may be a column slice of a wider buffer); the
 // weight is contiguous [N, K] (the checkpoint's [out_features, in_features]).
 #pragma once

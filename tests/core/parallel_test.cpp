@@ -1,8 +1,11 @@
-// parallel.h: parallel_for runs every index exactly once, at any size and when nested.
+// parallel.h: parallel_for runs every index exactly once, at any size, when nested, in many short
+// regions back to back (a worker waking late must not run an item of the next region), and when
+// two threads call it at once.
 #include "core/parallel.h"
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "testing.h"
@@ -68,10 +71,46 @@ TEST(ParallelTest, ThreadCountCanBeSetAndRestored) {
   set_num_threads(1);
   EXPECT_EQ(num_threads(), 1);
   EXPECT_EQ(visit_counts(10), std::vector<int>(10, 1));
-  set_num_threads(0);  // back to OpenMP's default: one per processor
+  set_num_threads(
+      0);  // back to the default: one per core (or $HYLA_NUM_THREADS / $OMP_NUM_THREADS)
   EXPECT_GE(num_threads(), 1);
   set_num_threads(before);
   EXPECT_EQ(num_threads(), before);
+}
+
+TEST(ParallelTest, ManyShortRegionsBackToBack) {
+  // More threads than this machine's cores, so workers are descheduled mid-region and wake into
+  // later ones: each region's items must still run exactly once, and only in that region.
+  const int before = num_threads();
+  set_num_threads(available_cores() + 2);
+  std::vector<std::atomic<int>> counts(8);
+  for (int region = 0; region < 20000; ++region) {
+    const int64_t n = 2 + region % 7;
+    parallel_for(n, [&](int64_t i) { counts[size_t(i)].fetch_add(1, std::memory_order_relaxed); });
+    for (int64_t i = 0; i < 8; ++i) {
+      ASSERT_EQ(counts[size_t(i)].exchange(0), i < n ? 1 : 0)
+          << "region " << region << " item " << i;
+    }
+  }
+  set_num_threads(before);
+}
+
+TEST(ParallelTest, TwoCallingThreadsAtOnce) {
+  // The pool runs one region at a time; a second caller runs its loop itself.
+  std::atomic<int> other_bad{0};
+  std::thread other([&] {
+    for (int r = 0; r < 100; ++r)
+      if (visit_counts(5000) != std::vector<int>(5000, 1)) other_bad.fetch_add(1);
+  });
+  for (int r = 0; r < 100; ++r) ASSERT_EQ(visit_counts(5000), std::vector<int>(5000, 1));
+  other.join();
+  EXPECT_EQ(other_bad.load(), 0);
+}
+
+TEST(ParallelTest, SummaryNamesThreadsAndBlasKernels) {
+  const std::string summary = threading_summary();
+  EXPECT_NE(summary.find(std::to_string(num_threads()) + " threads"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("OpenBLAS kernels: "), std::string::npos) << summary;
 }
 
 }  // namespace
