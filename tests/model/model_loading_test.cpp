@@ -422,6 +422,20 @@ TEST(ModelLoadingRobustnessTest, DeepNestingIsNamed) {
                             "levels");
 }
 
+// A wrapper's registered model_type picks the architecture; a decoder model_type that is not a
+// string (or names another variant) must neither throw nor choose another mapping table.
+TEST(ModelLoadingRobustnessTest, DecoderModelTypeOfAnotherTypeFallsBackToTheVariant) {
+  CheckpointCopy copy;
+  copy.rewrite_config([](nlohmann::json& j) {
+    nlohmann::json text = j;
+    text["model_type"] = 42;
+    j = {{"model_type", "qwen3_next"}, {"text_config", text}};
+  });
+  Result<std::unique_ptr<Model>> model = load_model(copy.dir.path());
+  ASSERT_OK(model.status());
+  EXPECT_EQ(model.value()->config().model_type, "qwen3_next");
+}
+
 TEST(ModelLoadingRobustnessTest, MaxContextComesFromTheConfig) {
   struct Case {
     const char* dir;

@@ -152,10 +152,10 @@ std::vector<MixerKind> parse_mixers(const nlohmann::json& j, const LinearAttnCon
     if (types) {
       const std::string& t = (*types)[size_t(i)];
       if (t != "linear_attention" && t != "full_attention")
-        throw ConfigFieldError(str_cat("layer_types[", i, "] is ", json_excerpt(t),
-                                       ", expected linear_attention or full_attention"));
+        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", text_excerpt(t),
+                                       "', expected linear_attention or full_attention"));
       if (lac.has_kda_layers && kda != (t == "linear_attention"))
-        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", t,
+        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", text_excerpt(t),
                                        "' but linear_attn_config.kda_layers ",
                                        kda ? "contains " : "does not contain ", i + 1));
       kda = t == "linear_attention";
@@ -195,8 +195,8 @@ MoeConfig parse_moe(const nlohmann::json& j) {
   m.expert_intermediate = config_int(j, "moe_intermediate_size", {1, kMaxWidth});
   const std::string act = config_string(j, "moe_router_activation_func", "sigmoid");
   if (act != "sigmoid" && act != "softmax")
-    throw ConfigFieldError(
-        str_cat("field 'moe_router_activation_func' is '", act, "', expected sigmoid or softmax"));
+    throw ConfigFieldError(str_cat("field 'moe_router_activation_func' is '", text_excerpt(act),
+                                   "', expected sigmoid or softmax"));
   m.scoring = act == "sigmoid" ? MoeScoringKind::kSigmoid : MoeScoringKind::kSoftmax;
   m.renormalize = config_bool_alias(j, {"moe_renormalize", "norm_topk_prob"}, true);
   const double scaling = config_number(j, "routed_scaling_factor", 1.0);
@@ -236,8 +236,8 @@ std::vector<MlpKind> parse_mlps(const nlohmann::json& j, const MoeConfig& moe, i
     if (types) {
       const std::string& t = (*types)[size_t(i)];
       if (t != "dense" && t != "sparse")
-        throw ConfigFieldError(
-            str_cat("mlp_layer_types[", i, "] is ", json_excerpt(t), ", expected dense or sparse"));
+        throw ConfigFieldError(str_cat("mlp_layer_types[", i, "] is '", text_excerpt(t),
+                                       "', expected dense or sparse"));
       sparse = t == "sparse";
     }
     if (sparse && moe.num_experts == 0)
@@ -268,8 +268,8 @@ Result<ModelConfig> parse_kimi_config(const nlohmann::json& j, const std::string
 
     const std::string act = config_string(j, "hidden_act", "silu");
     if (act != "silu" && act != "situ")
-      throw ConfigFieldError(
-          str_cat("field 'hidden_act' is '", act, "', expected silu (Kimi-Linear) or situ (K3)"));
+      throw ConfigFieldError(str_cat("field 'hidden_act' is '", text_excerpt(act),
+                                     "', expected silu (Kimi-Linear) or situ (K3)"));
     c.attn_res_block_size = config_int(j, "attn_res_block_size", 0, {0, kMaxLayers});
     k3 = k3 || act == "situ" || c.attn_res_block_size > 0 ||
          has_field(j, "routed_expert_hidden_size");

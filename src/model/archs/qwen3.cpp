@@ -23,13 +23,29 @@ namespace {
 
 enum class QwenVariant { kNext, k35, k35Moe };
 
+QwenVariant variant_of(const std::string& model_type) {
+  if (model_type.rfind("qwen3_next", 0) == 0) return QwenVariant::kNext;
+  if (model_type.rfind("qwen3_5_moe", 0) == 0) return QwenVariant::k35Moe;
+  return QwenVariant::k35;
+}
+QwenVariant variant_of(const ModelConfig& c) { return variant_of(c.model_type); }
+
 // ---- config ----
 
 Result<ModelConfig> parse_qwen(const nlohmann::json& j, const std::string& source,
                                QwenVariant variant) {
   return config_field_guard(source, [&]() -> Result<ModelConfig> {
     ModelConfig c;
-    c.model_type = j.value("model_type", "");
+    // The decoder's own model_type (qwen3_5_text, ...) when it names this variant; else (absent,
+    // not a string, or another variant under a registered wrapper) the variant's name, because
+    // the mapping table is chosen by it.
+    const auto type_it = j.find("model_type");
+    const std::string declared =
+        type_it != j.end() && type_it->is_string() ? type_it->get<std::string>() : std::string();
+    c.model_type = !declared.empty() && variant_of(declared) == variant ? declared
+                   : variant == QwenVariant::kNext                      ? "qwen3_next"
+                   : variant == QwenVariant::k35Moe                     ? "qwen3_5_moe"
+                                                                        : "qwen3_5";
     c.vocab_size = config_int(j, "vocab_size", {1, kMaxVocab});
     c.hidden_size = config_int(j, "hidden_size", {1, kMaxHidden});
     c.num_layers = config_int(j, "num_hidden_layers", {1, kMaxLayers});
@@ -51,8 +67,8 @@ Result<ModelConfig> parse_qwen(const nlohmann::json& j, const std::string& sourc
       if (types) {
         const std::string& t = (*types)[size_t(i)];
         if (t != "linear_attention" && t != "full_attention")
-          throw ConfigFieldError(str_cat("layer_types[", i, "] is ", json_excerpt(t),
-                                         ", expected linear_attention or full_attention"));
+          throw ConfigFieldError(str_cat("layer_types[", i, "] is '", text_excerpt(t),
+                                         "', expected linear_attention or full_attention"));
         full = t == "full_attention";
       } else {
         full = (i + 1) % interval == 0;
@@ -127,12 +143,6 @@ Result<ModelConfig> parse_qwen3_5(const nlohmann::json& j, const std::string& so
 }
 Result<ModelConfig> parse_qwen3_5_moe(const nlohmann::json& j, const std::string& source) {
   return parse_qwen(j, source, QwenVariant::k35Moe);
-}
-
-QwenVariant variant_of(const ModelConfig& c) {
-  if (c.model_type.rfind("qwen3_next", 0) == 0) return QwenVariant::kNext;
-  if (c.model_type.rfind("qwen3_5_moe", 0) == 0) return QwenVariant::k35Moe;
-  return QwenVariant::k35;
 }
 
 // ---- mapping table ----
