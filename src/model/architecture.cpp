@@ -2,6 +2,8 @@
 #include "model/architecture.h"
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "model/json_file.h"
 
@@ -48,19 +50,66 @@ std::string supported_model_types() {
   return s;
 }
 
-Result<LoadedConfig> load_config(const std::string& path) {
+namespace {
+
+/// The value of a count field as config.json spells it, when it is a number (the parser reports
+/// every other form); the config's spelling of the value for messages in `text`.
+std::optional<double> raw_count(const nlohmann::json& j, const char* key, std::string* text) {
+  if (!j.is_object()) return std::nullopt;
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::nullopt;
+  *text = json_excerpt(*it);
+  return it->get<double>();
+}
+
+/// Compares the counts that size everything built from the config (layers, experts per layer)
+/// with what the checkpoint holds, before the config is parsed: a corrupt count (1e9 layers) must
+/// fail here, not in an allocation. Holding fewer than the config claims is an error; holding
+/// more is check_checkpoint's (tensors that the config never reads).
+Status check_counts(const nlohmann::json& text, const std::string& file, const Checkpoint& ckpt) {
+  const CheckpointHoldings holds = checkpoint_holdings(ckpt);
+  std::string shown;
+  if (const auto layers = raw_count(text, "num_hidden_layers", &shown);
+      layers && *layers > double(holds.layers)) {
+    return invalid_argument(
+        file, ": num_hidden_layers is ", shown, " but the checkpoint ", ckpt.source(), " holds ",
+        holds.layers == 0
+            ? std::string("no decoder layers (no model.layers.* tensors)")
+            : str_cat(holds.layers, " (model.layers.0 to model.layers.", holds.layers - 1, ")"));
+  }
+  // Every architecture's spelling of the routed expert count; checked only against a checkpoint
+  // that has per-expert tensors (a dense checkpoint's config may carry the field unused).
+  if (holds.experts > 0) {
+    for (const char* key : {"num_experts", "n_routed_experts", "num_local_experts"}) {
+      if (const auto experts = raw_count(text, key, &shown);
+          experts && *experts > double(holds.experts))
+        return invalid_argument(file, ": ", key, " is ", shown, " but the checkpoint ",
+                                ckpt.source(), " holds at most ", holds.experts,
+                                " experts per layer (experts.0 to experts.", holds.experts - 1,
+                                ")");
+    }
+  }
+  return ok_status();
+}
+
+/// load_config, with `before_parse` run on the decoder's JSON once the architecture is known.
+Result<LoadedConfig> load_config_with(
+    const std::string& path,
+    const std::function<Status(const nlohmann::json& text, const std::string& file)>&
+        before_parse) {
   namespace fs = std::filesystem;
+  std::error_code ec;
   const std::string file =
-      fs::is_directory(path) ? (fs::path(path) / "config.json").string() : path;
+      fs::is_directory(path, ec) ? (fs::path(path) / "config.json").string() : path;
   HYLA_ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(file));
-  if (!json.is_object()) return invalid_argument(file, ": expected a JSON object");
+  if (!json.is_object())
+    return invalid_argument(file, ": expected a JSON object, got ", json_excerpt(json));
   // Multimodal wrappers keep the decoder's config in text_config.
-  const nlohmann::json& text =
-      json.contains("text_config") && json["text_config"].is_object() ? json["text_config"] : json;
+  const auto text_it = json.find("text_config");
+  const nlohmann::json& text = text_it != json.end() && text_it->is_object() ? *text_it : json;
   const auto type_of = [](const nlohmann::json& j) {
-    return j.contains("model_type") && j["model_type"].is_string()
-               ? j["model_type"].get<std::string>()
-               : std::string();
+    const auto it = j.find("model_type");
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   // The wrapper's own model_type wins when it is registered (kimi_k3 wraps a kimi_linear-style
   // text_config but needs its own forward); otherwise the decoder's.
@@ -73,11 +122,13 @@ Result<LoadedConfig> load_config(const std::string& path) {
     return invalid_argument(file, ": no model_type; supported: ", supported_model_types());
   const Architecture* arch = find_architecture(model_type);
   if (arch == nullptr)
-    return unsupported(file, ": model_type '", model_type,
+    return unsupported(file, ": model_type '", text_excerpt(model_type),
                        "' is not supported; supported: ", supported_model_types());
+  if (before_parse) HYLA_RETURN_IF_ERROR(before_parse(text, file));
   HYLA_ASSIGN_OR_RETURN(ModelConfig config, arch->parse_config(text, file));
   // Multimodal wrappers (kimi_k3): only the text decoder is supported; say so, do not refuse.
-  if (&text != &json && json.contains("vision_config") && !json["vision_config"].is_null())
+  const auto vision_it = json.find("vision_config");
+  if (&text != &json && vision_it != json.end() && !vision_it->is_null())
     config.warnings.push_back(
         str_cat(file, ": has a vision_config (", model_type,
                 "'s vision tower): out of scope, only the text decoder in text_config is read; "
@@ -85,10 +136,20 @@ Result<LoadedConfig> load_config(const std::string& path) {
   return LoadedConfig{arch, std::move(config)};
 }
 
+}  // namespace
+
+Result<LoadedConfig> load_config(const std::string& path) { return load_config_with(path, {}); }
+
 Result<std::unique_ptr<Model>> load_model(const std::string& dir) {
-  HYLA_ASSIGN_OR_RETURN(LoadedConfig loaded, load_config(dir));
-  HYLA_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(dir));
-  return loaded.arch->load(loaded.config, ckpt);
+  std::optional<Checkpoint> ckpt;
+  HYLA_ASSIGN_OR_RETURN(
+      LoadedConfig loaded,
+      load_config_with(dir, [&](const nlohmann::json& text, const std::string& file) -> Status {
+        HYLA_ASSIGN_OR_RETURN(Checkpoint opened, Checkpoint::open(dir));
+        ckpt.emplace(std::move(opened));
+        return check_counts(text, file, *ckpt);
+      }));
+  return loaded.arch->load(loaded.config, *ckpt);
 }
 
 }  // namespace hyla::model

@@ -137,22 +137,24 @@ Status Checkpoint::open_index(const std::string& index_path) {
   std::map<std::string, std::vector<std::string>> names_by_shard;  // sorted by shard file name
   for (const auto& [name, shard] : weight_map->items()) {
     if (!shard.is_string())
-      return invalid_argument(index_path, ": weight_map entry of '", name,
-                              "' is not a file name: ", shard.dump());
+      return invalid_argument(index_path, ": weight_map entry of '", text_excerpt(name),
+                              "' is not a file name: ", json_excerpt(shard));
     names_by_shard[shard.get<std::string>()].push_back(name);
   }
   for (const auto& [shard, names] : names_by_shard) {
     const std::string shard_path = (fs::path(dir_) / shard).string();
     std::error_code ec;
     if (!fs::exists(shard_path, ec))
-      return Status(ErrorCode::kNotFound, str_cat(index_path, ": weight_map puts '", names.front(),
-                                                  "' (and ", names.size() - 1, " more) in shard '",
-                                                  shard, "', but ", shard_path, " does not exist"));
+      return Status(ErrorCode::kNotFound,
+                    str_cat(index_path, ": weight_map puts '", text_excerpt(names.front()),
+                            "' (and ", names.size() - 1, " more) in shard '", text_excerpt(shard),
+                            "', but ", text_excerpt(shard_path), " does not exist"));
     Result<SafetensorsFile> file = SafetensorsFile::open(shard_path);
     if (!file.ok()) return file.status();
     for (const std::string& name : names) {
       if (file->find(name) == nullptr)
-        return invalid_argument(index_path, ": weight_map puts '", name, "' in shard '", shard,
+        return invalid_argument(index_path, ": weight_map puts '", text_excerpt(name),
+                                "' in shard '", text_excerpt(shard),
                                 "', but that shard does not have it (it has ",
                                 file->tensors().size(), " tensors)");
     }
@@ -185,8 +187,14 @@ Status Checkpoint::index_tensors() {
     for (const auto& [wrapped, plain] : kWrappers)
       if (name.starts_with(wrapped))
         aliases.emplace_back(str_cat(plain, name.substr(wrapped.size())), entry);
+  wraps_text_decoder_ = !aliases.empty();
   for (auto& [alias, entry] : aliases) entries_.emplace(std::move(alias), entry);
   return ok_status();
+}
+
+bool Checkpoint::is_text_decoder_name(std::string_view stored_name) {
+  return stored_name.starts_with("model.language_model.") ||
+         stored_name.starts_with("language_model.");
 }
 
 const TensorEntry* Checkpoint::find(std::string_view name) const {
@@ -274,6 +282,41 @@ Result<Tensor> Checkpoint::load_any_shape(std::string_view name, DType dtype) co
     }
   });
   return out;
+}
+
+namespace {
+
+/// The decimal number at the start of `s` and its length; numbers beyond 10^9 read as 10^9 (no
+/// real checkpoint comes near). {-1, 0} when `s` does not start with a digit.
+std::pair<int64_t, size_t> leading_number(std::string_view s) {
+  int64_t value = 0;
+  size_t digits = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') {
+    value = std::min<int64_t>(value * 10 + (s[digits] - '0'), 1'000'000'000);
+    ++digits;
+  }
+  return digits == 0 ? std::pair<int64_t, size_t>{-1, 0} : std::pair{value, digits};
+}
+
+}  // namespace
+
+CheckpointHoldings checkpoint_holdings(const Checkpoint& ckpt) {
+  constexpr std::string_view kLayers = "model.layers.", kExperts = ".experts.";
+  CheckpointHoldings holdings;
+  for (const std::string& name : ckpt.names()) {
+    if (!name.starts_with(kLayers)) continue;
+    const std::string_view rest = std::string_view(name).substr(kLayers.size());
+    const auto [layer, digits] = leading_number(rest);
+    if (layer < 0 || digits >= rest.size() || rest[digits] != '.') continue;
+    holdings.layers = std::max(holdings.layers, layer + 1);
+    const size_t at = rest.find(kExperts, digits);
+    if (at == std::string_view::npos) continue;
+    const std::string_view tail = rest.substr(at + kExperts.size());
+    const auto [expert, expert_digits] = leading_number(tail);
+    if (expert >= 0 && expert_digits < tail.size() && tail[expert_digits] == '.')
+      holdings.experts = std::max(holdings.experts, expert + 1);
+  }
+  return holdings;
 }
 
 }  // namespace hyla::model

@@ -40,6 +40,12 @@ class Checkpoint {
   const TensorEntry* find(std::string_view name) const;
   /// Every tensor name, sorted.
   std::vector<std::string> names() const;
+  /// True when some tensor is stored under a multimodal wrapper's text-decoder prefix
+  /// (is_text_decoder_name): the checkpoint then also holds other towers (vision), outside it.
+  bool wraps_text_decoder() const { return wraps_text_decoder_; }
+  /// True for a stored name under a wrapper's text-decoder prefix (model.language_model.,
+  /// language_model.).
+  static bool is_text_decoder_name(std::string_view stored_name);
   /// Up to `count` names closest to `name` by edit distance, closest first (for messages).
   std::vector<std::string> similar_names(std::string_view name, size_t count = 3) const;
 
@@ -69,6 +75,15 @@ class Checkpoint {
   std::string source_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, const TensorEntry*, std::less<>> entries_;  // into files_' entries
+  bool wraps_text_decoder_ = false;
 };
+
+/// What a checkpoint holds, counted from its tensor names (text-decoder names, wrappers resolved),
+/// so that a config can be compared with it before anything proportional to the config is built.
+struct CheckpointHoldings {
+  int64_t layers = 0;   ///< 1 + the highest i of model.layers.{i}.*; 0 when there are none
+  int64_t experts = 0;  ///< 1 + the highest e of model.layers.{i}.*.experts.{e}.*; 0 when none
+};
+CheckpointHoldings checkpoint_holdings(const Checkpoint& ckpt);
 
 }  // namespace hyla::model

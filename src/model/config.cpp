@@ -1,6 +1,9 @@
 // ModelConfig helpers and validation (see config.h).
 #include "model/config.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace hyla::model {
 
 const char* mixer_kind_name(MixerKind kind) {
@@ -37,7 +40,8 @@ Status validate(const ModelConfig& c, const std::string& source) {
   if (int64_t(c.mixers.size()) != c.num_layers || int64_t(c.mlps.size()) != c.num_layers)
     return bad("num_hidden_layers is ", c.num_layers, " but the layer lists have ", c.mixers.size(),
                " mixers and ", c.mlps.size(), " MLP kinds");
-  if (!(c.rms_norm_eps > 0.0f)) return bad("rms_norm_eps must be > 0, got ", c.rms_norm_eps);
+  if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps))
+    return bad("rms_norm_eps must be a finite number > 0, got ", c.rms_norm_eps);
   const LinearAttentionConfig& l = c.linear;
   if (c.num_layers_of(MixerKind::kGatedDeltaNet) + c.num_layers_of(MixerKind::kKimiDelta) > 0) {
     if (l.num_k_heads <= 0 || l.num_v_heads <= 0 || l.head_k_dim <= 0 || l.head_v_dim <= 0)
@@ -45,8 +49,8 @@ Status validate(const ModelConfig& c, const std::string& source) {
     if (l.num_v_heads % l.num_k_heads != 0)
       return bad("linear value heads (", l.num_v_heads, ") must be a multiple of key heads (",
                  l.num_k_heads, ")");
-    if (l.conv_kernel < 1 || l.conv_kernel > 8)
-      return bad("conv kernel size ", l.conv_kernel, " is outside [1, 8]");
+    if (l.conv_kernel < 1 || l.conv_kernel > kMaxConvKernel)
+      return bad("conv kernel size ", l.conv_kernel, " is outside [1, ", kMaxConvKernel, "]");
   }
   if (c.num_layers_of(MixerKind::kFullAttention) > 0) {
     const FullAttentionConfig& a = c.attention;
@@ -80,13 +84,28 @@ Status validate(const ModelConfig& c, const std::string& source) {
   if (c.attn_res_block_size < 0)
     return bad("attn_res_block_size is ", c.attn_res_block_size, ", expected >= 0 (0 = none)");
   if (c.mlp_activation.kind == GluKind::kSitu &&
-      !(c.mlp_activation.beta > 0.0f && c.mlp_activation.linear_beta > 0.0f))
-    return bad("SiTU betas must be > 0, got activation_situ_beta ", c.mlp_activation.beta,
-               " and activation_situ_linear_beta ", c.mlp_activation.linear_beta);
+      !(c.mlp_activation.beta > 0.0f && c.mlp_activation.linear_beta > 0.0f &&
+        std::isfinite(c.mlp_activation.beta) && std::isfinite(c.mlp_activation.linear_beta)))
+    return bad("SiTU betas must be > 0 and finite, got activation_situ_beta ",
+               c.mlp_activation.beta, " and activation_situ_linear_beta ",
+               c.mlp_activation.linear_beta);
+  // The mapping table has at most ~32 tensors per layer plus 3 per routed expert of each MoE
+  // layer; bounding it keeps building the table (and `hyla inspect` of a config alone) small.
+  int64_t tensors = 8, moe_layers = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     if (c.mlps[size_t(i)] == MlpKind::kDense && c.intermediate_size <= 0)
       return bad("layer ", i, " has a dense MLP but intermediate_size is ", c.intermediate_size);
+    const bool moe = c.mlps[size_t(i)] == MlpKind::kMoe;
+    moe_layers += moe;
+    tensors += 32 + (moe ? 3 * std::max<int64_t>(c.moe.num_experts, 0) : 0);
+    if (tensors > kMaxCheckpointTensors)
+      return bad("num_hidden_layers ", c.num_layers, " with ", c.moe.num_experts,
+                 " experts per MoE layer describes more than ", kMaxCheckpointTensors,
+                 " checkpoint tensors (already ", tensors, " in the first ", i + 1, " layers, ",
+                 moe_layers, " of them MoE), more than any real model has");
   }
+  if (c.max_context < 0)
+    return bad("max_context is ", c.max_context, ", expected >= 0 (0 = unknown)");
   return ok_status();
 }
 

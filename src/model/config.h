@@ -29,6 +29,22 @@ struct GluActivation {
   float linear_beta = 25.0f;  ///< SiTU only: activation_situ_linear_beta
 };
 
+/// Bounds on config.json integers (IntRange in config_json.h). Each is at least 16x what released
+/// models use; together they keep every derived size (tensor elements, parameter totals, the
+/// mapping table's length) inside int64 and far inside memory, so a corrupt config fails while it
+/// is parsed instead of in an allocation.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxHidden = int64_t{1} << 18;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  ///< MLP / expert widths, LoRA ranks, latent MoE
+constexpr int64_t kMaxHeads = int64_t{1} << 12;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+constexpr int64_t kMaxLayers = int64_t{1} << 12;
+constexpr int64_t kMaxExperts = int64_t{1} << 16;
+constexpr int64_t kMaxSharedExperts = int64_t{1} << 10;
+constexpr int64_t kMaxConvKernel = 8;              ///< what the short-conv kernels support
+constexpr int64_t kMaxContext = int64_t{1} << 40;  ///< max_position_embeddings
+constexpr int64_t kMaxCheckpointTensors = int64_t{1} << 20;  ///< mapping table entries
+
 const char* mixer_kind_name(MixerKind kind);
 bool is_linear_mixer(MixerKind kind);
 
@@ -105,6 +121,10 @@ struct ModelConfig {
   /// Form of the decoder norms (input, post-attention, final, q/k norms): Qwen (1 + w), Kimi w.
   kernels::RmsNormForm norm_form = kernels::RmsNormForm::kWeight;
   bool tie_word_embeddings = false;
+  /// The longest sequence (prompt + generated tokens, in tokens) the config declares the model
+  /// for: max_position_embeddings (Kimi-Linear: or model_max_length when that is all it has).
+  /// 0 = the config does not say. The runtime refuses longer requests.
+  int64_t max_context = 0;
   GluActivation mlp_activation;  ///< dense MLPs, routed and shared experts
   /// Attention Residuals (K3 attn_res_block_size): layers [k bs, (k+1) bs) form block k; every
   /// sublayer input and the final output are softmax mixtures over the finished blocks'
@@ -127,7 +147,8 @@ struct ModelConfig {
   int64_t attn_res_blocks() const;
 };
 
-/// Checks cross-field consistency (sizes > 0, GVA divisibility, layer lists of num_layers, ...).
+/// Checks cross-field consistency (sizes > 0, GVA divisibility, layer lists of num_layers, at most
+/// kMaxCheckpointTensors tensors in the mapping table, ...).
 /// `source` names the file for messages.
 Status validate(const ModelConfig& config, const std::string& source);
 

@@ -1,6 +1,10 @@
 // Typed reads of config.json fields (see config_json.h).
 #include "model/config_json.h"
 
+#include <cmath>
+
+#include "model/json_file.h"
+
 namespace hyla::model {
 
 namespace {
@@ -12,33 +16,49 @@ const nlohmann::json* field(const nlohmann::json& j, const char* key) {
 }
 
 [[noreturn]] void type_error(const char* key, const char* expected, const nlohmann::json& got) {
-  throw ConfigFieldError(str_cat("field '", key, "' must be ", expected, ", got ", got.dump()));
+  throw ConfigFieldError(
+      str_cat("field '", key, "' must be ", expected, ", got ", json_excerpt(got)));
 }
 
-int64_t as_int(const char* key, const nlohmann::json& v) {
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float() && v.get<double>() == double(int64_t(v.get<double>())))
-    return int64_t(v.get<double>());
-  type_error(key, "an integer", v);
+int64_t as_int(const char* key, const nlohmann::json& v, IntRange range) {
+  int64_t value = 0;
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t(INT64_MAX)) type_error(key, "an integer", v);
+    value = int64_t(v.get<uint64_t>());
+  } else if (v.is_number_integer()) {
+    value = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    // Integral floats (4.0, 1e9) read as integers; the range test comes first so that the cast
+    // below is defined.
+    const double x = v.get<double>();
+    if (!(x >= -9.2e18 && x <= 9.2e18) || x != std::floor(x)) type_error(key, "an integer", v);
+    value = int64_t(x);
+  } else {
+    type_error(key, "an integer", v);
+  }
+  if (value < range.min || value > range.max)
+    throw ConfigFieldError(str_cat("field '", key, "' is ", json_excerpt(v),
+                                   ", expected an integer in [", range.min, ", ", range.max, "]"));
+  return value;
 }
 
 }  // namespace
 
-int64_t config_int(const nlohmann::json& j, const char* key) {
+int64_t config_int(const nlohmann::json& j, const char* key, IntRange range) {
   const nlohmann::json* v = field(j, key);
   if (!v) throw ConfigFieldError(str_cat("missing required field '", key, "'"));
-  return as_int(key, *v);
+  return as_int(key, *v, range);
 }
 
-int64_t config_int(const nlohmann::json& j, const char* key, int64_t fallback) {
+int64_t config_int(const nlohmann::json& j, const char* key, int64_t fallback, IntRange range) {
   const nlohmann::json* v = field(j, key);
-  return v ? as_int(key, *v) : fallback;
+  return v ? as_int(key, *v, range) : fallback;
 }
 
 double config_number(const nlohmann::json& j, const char* key, double fallback) {
   const nlohmann::json* v = field(j, key);
   if (!v) return fallback;
-  if (!v->is_number()) type_error(key, "a number", *v);
+  if (!v->is_number() || !std::isfinite(v->get<double>())) type_error(key, "a finite number", *v);
   return v->get<double>();
 }
 
@@ -50,12 +70,12 @@ bool config_bool(const nlohmann::json& j, const char* key, bool fallback) {
 }
 
 std::vector<int64_t> config_int_list(const nlohmann::json& j, const char* key,
-                                     std::vector<int64_t> fallback) {
+                                     std::vector<int64_t> fallback, IntRange range) {
   const nlohmann::json* v = field(j, key);
   if (!v) return fallback;
   if (!v->is_array()) type_error(key, "a list of integers", *v);
   std::vector<int64_t> out;
-  for (const nlohmann::json& e : *v) out.push_back(as_int(key, e));
+  for (const nlohmann::json& e : *v) out.push_back(as_int(key, e, range));
   return out;
 }
 

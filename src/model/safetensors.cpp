@@ -11,6 +11,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string_view>
+
+#include "model/json_file.h"
 
 namespace hyla::model {
 
@@ -54,8 +57,9 @@ struct ByteRange {
 
 // Parses one header entry {dtype, shape, data_offsets} of tensor `name` into `entry` and `range`.
 // `data_bytes` is the size of the data section.
-Status parse_entry(const std::string& path, const std::string& name, const json& value,
+Status parse_entry(const std::string& path, const std::string& stored_name, const json& value,
                    uint64_t data_bytes, TensorEntry* entry, ByteRange* range) {
+  const std::string name = text_excerpt(stored_name);  // for messages
   if (!value.is_object())
     return invalid_argument(path, ": tensor '", name, "': header entry is not a JSON object");
 
@@ -64,7 +68,7 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     return invalid_argument(path, ": tensor '", name, "' has no \"dtype\" string");
   const std::string& dtype = dtype_it->get_ref<const std::string&>();
   if (!parse_safetensors_dtype(dtype, &entry->dtype))
-    return unsupported(path, ": tensor '", name, "' has dtype '", dtype,
+    return unsupported(path, ": tensor '", name, "' has dtype '", text_excerpt(dtype),
                        "', supported: ", supported_dtype_list());
 
   const auto shape_it = value.find("shape");
@@ -77,15 +81,15 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
   for (const json& dim : *shape_it) {
     if (!dim.is_number_integer())
       return invalid_argument(path, ": tensor '", name, "' has a non-integer dim in shape ",
-                              shape_it->dump());
+                              json_excerpt(*shape_it));
     if (!dim.is_number_unsigned())  // nlohmann parses every non-negative integer as unsigned
       return invalid_argument(path, ": tensor '", name, "' has a negative dim in shape ",
-                              shape_it->dump());
+                              json_excerpt(*shape_it));
     const uint64_t size = dim.get<uint64_t>();
     // Every real dim is far below 2^62 bytes; a bigger product cannot fit the file anyway.
     constexpr uint64_t kMaxElements = uint64_t{1} << 56;
     if (size > kMaxElements || (size != 0 && uint64_t(numel) > kMaxElements / size))
-      return invalid_argument(path, ": tensor '", name, "' has shape ", shape_it->dump(),
+      return invalid_argument(path, ": tensor '", name, "' has shape ", json_excerpt(*shape_it),
                               ", too large for any file");
     entry->shape.push_back(int64_t(size));
     numel *= int64_t(size);
@@ -97,7 +101,7 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
       (*offsets_it)[0].get<uint64_t>() > (*offsets_it)[1].get<uint64_t>()) {
     return invalid_argument(path, ": tensor '", name,
                             "' needs \"data_offsets\": [begin, end] with 0 <= begin <= end, got ",
-                            offsets_it == value.end() ? "none" : offsets_it->dump());
+                            offsets_it == value.end() ? "none" : json_excerpt(*offsets_it));
   }
   range->begin = (*offsets_it)[0].get<uint64_t>();
   range->end = (*offsets_it)[1].get<uint64_t>();
@@ -111,7 +115,7 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     return invalid_argument(path, ": tensor '", name, "' has ", nbytes, " bytes (data_offsets [",
                             range->begin, ", ", range->end, ")), but shape ",
                             format_shape(entry->shape), " of ", dtype, " needs ", expected);
-  entry->name = name;
+  entry->name = stored_name;
   entry->nbytes = nbytes;
   entry->file = path;
   return ok_status();
@@ -127,10 +131,10 @@ Status check_no_overlap(const std::string& path, const std::vector<TensorEntry>&
   for (const ByteRange& r : ranges) {
     if (r.begin == r.end) continue;
     if (furthest != nullptr && r.begin < furthest->end)
-      return invalid_argument(path, ": tensors '", tensors[furthest->tensor].name, "' (bytes [",
-                              furthest->begin, ", ", furthest->end, ")) and '",
-                              tensors[r.tensor].name, "' (bytes [", r.begin, ", ", r.end,
-                              ")) overlap in the data section");
+      return invalid_argument(path, ": tensors '", text_excerpt(tensors[furthest->tensor].name),
+                              "' (bytes [", furthest->begin, ", ", furthest->end, ")) and '",
+                              text_excerpt(tensors[r.tensor].name), "' (bytes [", r.begin, ", ",
+                              r.end, ")) overlap in the data section");
     if (furthest == nullptr || r.end > furthest->end) furthest = &r;
   }
   return ok_status();
@@ -149,27 +153,28 @@ Status parse_header(const std::string& path, const unsigned char* bytes, uint64_
   const unsigned char* data = header_begin + header_bytes;
   const uint64_t data_bytes = file_bytes - 8 - header_bytes;
 
+  const std::string_view text(reinterpret_cast<const char*>(header_begin), size_t(header_bytes));
+  HYLA_RETURN_IF_ERROR(check_json_depth(text, str_cat(path, ": header")));
   json header;
   try {
-    header = json::parse(header_begin, data);
+    header = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     return invalid_argument(path, ": the ", header_bytes,
-                            "-byte header is not valid JSON: ", e.what());
+                            "-byte header is not valid JSON: ", json_parse_error_message(e));
   }
   if (!header.is_object())
-    return invalid_argument(
-        path, ": the header is JSON but not an object: ", header.dump().substr(0, 80));
+    return invalid_argument(path, ": the header is JSON but not an object: ", json_excerpt(header));
 
   std::vector<ByteRange> ranges;
   for (const auto& [name, value] : header.items()) {  // sorted by name (nlohmann::json is a map)
     if (name == "__metadata__") {
       if (!value.is_object())
         return invalid_argument(path, ": \"__metadata__\" is not a JSON object");
-      for (const auto& [key, text] : value.items()) {
-        if (!text.is_string())
-          return invalid_argument(path, ": \"__metadata__\" value of '", key,
-                                  "' is not a string: ", text.dump());
-        (*meta)[key] = text.get<std::string>();
+      for (const auto& [key, entry] : value.items()) {
+        if (!entry.is_string())
+          return invalid_argument(path, ": \"__metadata__\" value of '", text_excerpt(key),
+                                  "' is not a string: ", json_excerpt(entry));
+        (*meta)[key] = entry.get<std::string>();
       }
       continue;
     }

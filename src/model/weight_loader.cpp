@@ -2,7 +2,10 @@
 #include "model/weight_loader.h"
 
 #include <cstring>
+#include <string_view>
+#include <unordered_set>
 
+#include "model/json_file.h"
 #include "model/weights.h"
 
 namespace hyla::model {
@@ -92,6 +95,65 @@ Result<std::unique_ptr<Model>> assemble_model(
                                  output_res_cw);
 }
 
+namespace {
+
+/// Checkpoint tensors that are known and deliberately not read. Anything else a checkpoint holds
+/// must be read: a config that describes less than the checkpoint (fewer layers, no shared
+/// experts, tied embeddings beside an lm_head) would otherwise run a different model silently.
+struct IgnoredTensors {
+  std::string_view pattern;
+  bool suffix;      ///< pattern is a name suffix, else a prefix
+  const char* why;  ///< documentation only
+};
+constexpr IgnoredTensors kIgnoredTensors[] = {
+    {"mtp.", false,
+     "Qwen3-Next / Qwen3.5 multi-token-prediction module: a draft head for speculative decoding, "
+     "not part of the decoder"},
+    {".rotary_emb.inv_freq", true,
+     "RoPE inverse frequencies that older exporters save as buffers; Hyla derives them from "
+     "rope_theta"},
+};
+
+/// Known-ignored, or (in a multimodal checkpoint) outside the text decoder: another tower (vision),
+/// which load_config reports as out of scope.
+bool is_ignored(const Checkpoint& ckpt, std::string_view stored_name) {
+  for (const IgnoredTensors& ignored : kIgnoredTensors)
+    if (ignored.suffix ? stored_name.ends_with(ignored.pattern)
+                       : stored_name.starts_with(ignored.pattern))
+      return true;
+  return ckpt.wraps_text_decoder() && !Checkpoint::is_text_decoder_name(stored_name) &&
+         stored_name != "lm_head.weight";
+}
+
+/// Every tensor of the checkpoint is read by `specs` or ignored on purpose; else an error with the
+/// count and the first names.
+Status check_all_read(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs) {
+  std::unordered_set<const TensorEntry*> read;
+  read.reserve(specs.size());
+  for (const WeightSpec& s : specs)
+    if (const TensorEntry* e = ckpt.find(s.name)) read.insert(e);
+  constexpr size_t kListed = 5;
+  std::string listed;
+  int64_t unread = 0;
+  for (const SafetensorsFile& file : ckpt.files()) {
+    for (const TensorEntry& entry : file.tensors()) {
+      if (read.count(&entry) != 0 || is_ignored(ckpt, entry.name)) continue;
+      if (++unread <= int64_t(kListed)) listed += str_cat("\n  '", text_excerpt(entry.name), "'");
+    }
+  }
+  if (unread == 0) return ok_status();
+  return invalid_argument(
+      "checkpoint ", ckpt.dir(), " holds ", unread, " tensor(s) that the config never reads",
+      unread > int64_t(kListed) ? str_cat(" (the first ", kListed, ")") : std::string(), ":",
+      listed,
+      unread > int64_t(kListed) ? str_cat("\n  ... and ", unread - int64_t(kListed), " more")
+                                : std::string(),
+      "\nconfig.json describes less than the checkpoint holds: check num_hidden_layers, the "
+      "expert counts and sizes (num_experts, shared experts) and tie_word_embeddings");
+}
+
+}  // namespace
+
 Status check_checkpoint(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs) {
   std::string problems;
   int count = 0;
@@ -110,7 +172,7 @@ Status check_checkpoint(const Checkpoint& ckpt, const std::vector<WeightSpec>& s
     if (problem.empty()) continue;
     if (++count <= 10) problems += "\n  " + problem;
   }
-  if (count == 0) return ok_status();
+  if (count == 0) return check_all_read(ckpt, specs);
   return invalid_argument("checkpoint ", ckpt.dir(), " does not match the architecture: ", count,
                           " problem(s):", problems, count > 10 ? "\n  ..." : "");
 }

@@ -289,6 +289,50 @@ TEST(KimiLinearConfigTest, ErrorsNameTheField) {
     j["n_routed_experts"] = 8;
     EXPECT_ERROR_CONTAINS(parse_kimi(j), "alias 'n_routed_experts' is 8");
   }
+  // Divisors, counts and sizes: each out-of-range value named with what is allowed.
+  struct Case {
+    const char* field;
+    json value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"moe_layer_freq", 0,
+       "config.json: field 'moe_layer_freq' is 0, expected an integer in [1, "
+       "4096]"},
+      {"num_expert_group", 0, "field 'num_expert_group' is 0, expected an integer in [1, 4]"},
+      {"topk_group", 2, "field 'topk_group' is 2, expected an integer in [1, 1]"},
+      {"num_experts_per_token", 5,
+       "field 'num_experts_per_token' is 5, expected an integer in "
+       "[1, 4]"},
+      {"num_shared_experts", 1e6,
+       "field 'num_shared_experts' is 1000000.0, expected an integer "
+       "in [0, 1024]"},
+      {"kv_lora_rank", 0, "field 'kv_lora_rank' is 0, expected an integer in [1, 1048576]"},
+      {"v_head_dim", -32, "field 'v_head_dim' is -32, expected an integer in [1, 4096]"},
+      {"first_k_dense_replace", -1, "field 'first_k_dense_replace' is -1"},
+      {"routed_scaling_factor", -2.0,
+       "field 'routed_scaling_factor' is -2, expected a number in "
+       "(0, 1e6]"},
+      {"model_max_length", 0,
+       "field 'model_max_length' is 0, expected an integer in [1, "
+       "1099511627776]"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    json j = golden;
+    j[c.field] = c.value;
+    EXPECT_ERROR_CONTAINS(parse_kimi(j), c.message);
+  }
+  {
+    json j = golden;
+    j["linear_attn_config"]["short_conv_kernel_size"] = 0;
+    EXPECT_ERROR_CONTAINS(parse_kimi(j),
+                          "linear_attn_config: field 'short_conv_kernel_size' is 0, "
+                          "expected an integer in [1, 8]");
+    j = golden;
+    j["linear_attn_config"]["num_heads"] = 1e9;
+    EXPECT_ERROR_CONTAINS(parse_kimi(j), "linear_attn_config: field 'num_heads' is 1000000000.0");
+  }
 }
 
 // K3's text config (model_type kimi_linear with K3 fields, or kimi_k3) parses into every K3
@@ -332,7 +376,7 @@ TEST(KimiK3ConfigTest, ParsesEveryFeatureAndLoads) {
     EXPECT_FALSE(no_norm->moe.latent_norm);
     j["attn_res_block_size"] = -1;
     EXPECT_ERROR_CONTAINS(kKimiK3Architecture.parse_config(j, "config.json").status(),
-                          "attn_res_block_size is -1");
+                          "field 'attn_res_block_size' is -1, expected an integer in [0, 4096]");
     j = text;
     j["activation_situ_beta"] = 0.0;
     EXPECT_ERROR_CONTAINS(kKimiK3Architecture.parse_config(j, "config.json").status(),

@@ -4,8 +4,10 @@
 // of the golden qwen3_next checkpoint and breaks one thing.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "model/architecture.h"
 #include "model/json_file.h"
@@ -18,11 +20,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A copy of the golden qwen3_next folder (config + weights) in a temp dir.
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+/// A copy of a golden folder (config + weights; qwen3_next unless named) in a temp dir.
 struct CheckpointCopy {
   testing::TempDir dir;
-  CheckpointCopy() {
-    const fs::path src = fs::path(testing::golden_dir()) / "qwen3_next";
+  explicit CheckpointCopy(const char* arch = "qwen3_next") {
+    const fs::path src = fs::path(testing::golden_dir()) / arch;
     fs::copy_file(src / "config.json", fs::path(dir.path()) / "config.json");
     fs::copy_file(src / "model.safetensors", fs::path(dir.path()) / "model.safetensors");
     fs::permissions(fs::path(dir.path()) / "config.json", fs::perms::owner_write,
@@ -201,6 +210,254 @@ TEST(ModelLoadingTest, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
   Result<Tensor> lc = c.value()->forward(ids, sc);
   ASSERT_TRUE(lc.ok());
   EXPECT_NE(testing::to_f64(la.value()), testing::to_f64(lc.value()));
+}
+
+}  // namespace
+}  // namespace hyla::model
+
+// ---- robustness: config values the loader must refuse by name, fast, before allocating ----
+
+namespace hyla::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Integers used as divisors: 0 used to raise SIGFPE.
+TEST(ModelLoadingRobustnessTest, DivisorsOfZeroAreNamed) {
+  CheckpointCopy copy;
+  copy.rewrite_config([](nlohmann::json& j) { j["decoder_sparse_step"] = 0; });
+  EXPECT_ERROR_CONTAINS(
+      load_model(copy.dir.path()).status(),
+      copy.config() + ": field 'decoder_sparse_step' is 0, expected an integer in [1, 4096]");
+  copy.rewrite_config([](nlohmann::json& j) {
+    j["decoder_sparse_step"] = 1;
+    j.erase("layer_types");
+    j["full_attention_interval"] = 0;
+  });
+  EXPECT_ERROR_CONTAINS(
+      load_model(copy.dir.path()).status(),
+      copy.config() + ": field 'full_attention_interval' is 0, expected an integer in [1, 4096]");
+  copy.rewrite_config([](nlohmann::json& j) { j["full_attention_interval"] = 4; });
+  EXPECT_OK(load_model(copy.dir.path()).status());  // the interval rule gives the golden layers
+}
+
+TEST(ModelLoadingRobustnessTest, OutOfRangeFieldsAreNamed) {
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"num_attention_heads", 0,
+       "field 'num_attention_heads' is 0, expected an integer in [1, "
+       "4096]"},
+      {"num_key_value_heads", -2,
+       "field 'num_key_value_heads' is -2, expected an integer in [1, "
+       "4096]"},
+      {"linear_conv_kernel_dim", 9,
+       "field 'linear_conv_kernel_dim' is 9, expected an integer in "
+       "[1, 8]"},
+      {"vocab_size", 2.5, "field 'vocab_size' must be an integer, got 2.5"},
+      {"num_experts", -1, "field 'num_experts' is -1, expected an integer in [0, 65536]"},
+      {"num_experts_per_tok", 5, "0 < top_k <= experts"},
+      {"mlp_only_layers", {7}, "field 'mlp_only_layers' is 7, expected an integer in [0, 3]"},
+      {"partial_rotary_factor", 2.0,
+       "field 'partial_rotary_factor' is 2, expected a number in "
+       "[0, 1]"},
+      {"rms_norm_eps", 1e300, "rms_norm_eps must be a finite number > 0, got inf"},
+      {"max_position_embeddings", 0,
+       "field 'max_position_embeddings' is 0, expected an integer "
+       "in [1, 1099511627776]"},
+      {"head_dim", nullptr, ""},  // null = absent: hidden_size / num_attention_heads = 32, ok
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.field);
+    CheckpointCopy copy;
+    copy.rewrite_config([&](nlohmann::json& j) {
+      j[c.field] = c.value;
+      if (std::string(c.field) == "partial_rotary_factor") j.erase("rope_parameters");
+    });
+    const Status s = load_config(copy.dir.path()).status();
+    if (*c.message == '\0') {
+      EXPECT_OK(s);
+    } else {
+      EXPECT_ERROR_CONTAINS(s, copy.config() + ": ");
+      EXPECT_ERROR_CONTAINS(s, c.message);
+    }
+  }
+}
+
+// 1e9 layers or experts: the config is compared with the checkpoint before anything proportional
+// to it is built (this used to end in std::bad_alloc after a minute).
+TEST(ModelLoadingRobustnessTest, HugeCountsFailFastAgainstTheCheckpoint) {
+  CheckpointCopy copy;
+  copy.rewrite_config([](nlohmann::json& j) {
+    j.erase("layer_types");
+    j["num_hidden_layers"] = 1'000'000'000;
+  });
+  Clock::time_point start = Clock::now();
+  EXPECT_ERROR_CONTAINS(load_model(copy.dir.path()).status(),
+                        copy.config() + ": num_hidden_layers is 1000000000 but the checkpoint " +
+                            copy.dir.path() + " holds 4 (model.layers.0 to model.layers.3)");
+  EXPECT_LT(seconds_since(start), 5.0);
+  // The config alone (no checkpoint to compare with): its own bound.
+  start = Clock::now();
+  EXPECT_ERROR_CONTAINS(
+      load_config(copy.dir.path()).status(),
+      "field 'num_hidden_layers' is 1000000000, expected an integer in [1, 4096]");
+  EXPECT_LT(seconds_since(start), 5.0);
+
+  copy.rewrite_config([](nlohmann::json& j) {
+    j["num_hidden_layers"] = 4;
+    j["num_experts"] = 1e9;
+  });
+  start = Clock::now();
+  EXPECT_ERROR_CONTAINS(load_model(copy.dir.path()).status(),
+                        copy.config() + ": num_experts is 1000000000.0 but the checkpoint " +
+                            copy.dir.path() +
+                            " holds at most 4 experts per layer (experts.0 to experts.3)");
+  EXPECT_LT(seconds_since(start), 5.0);
+
+  // Within every per-field bound, but a mapping table no real model has.
+  copy.rewrite_config([](nlohmann::json& j) {
+    j["num_hidden_layers"] = 4096;
+    j["num_experts"] = 65536;
+  });
+  start = Clock::now();
+  EXPECT_ERROR_CONTAINS(load_config(copy.dir.path()).status(),
+                        "num_hidden_layers 4096 with 65536 experts per MoE layer describes more "
+                        "than 1048576 checkpoint tensors");
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
+// A checkpoint holding more than the config describes: the unread tensors are listed.
+TEST(ModelLoadingRobustnessTest, UnreadTensorsAreAnError) {
+  CheckpointCopy copy;
+  copy.rewrite_config([](nlohmann::json& j) {
+    j["num_hidden_layers"] = 3;
+    j["layer_types"] = {"linear_attention", "linear_attention", "linear_attention"};
+  });
+  const Status fewer_layers = load_model(copy.dir.path()).status();
+  EXPECT_ERROR_CONTAINS(fewer_layers, "checkpoint " + copy.dir.path() +
+                                          " holds 25 tensor(s) that the config never reads (the "
+                                          "first 5):\n  'model.layers.3.");
+  EXPECT_ERROR_CONTAINS(fewer_layers, "\n  ... and 20 more");
+  EXPECT_ERROR_CONTAINS(fewer_layers, "check num_hidden_layers");
+
+  CheckpointCopy no_shared;
+  no_shared.rewrite_config([](nlohmann::json& j) { j["shared_expert_intermediate_size"] = 0; });
+  const Status shared = load_model(no_shared.dir.path()).status();
+  EXPECT_ERROR_CONTAINS(shared, "holds 16 tensor(s) that the config never reads");
+  EXPECT_ERROR_CONTAINS(shared, "'model.layers.0.mlp.shared_expert.down_proj.weight'");
+
+  // An lm_head beside tied embeddings would be silently replaced by the embedding.
+  CheckpointCopy tied;
+  tied.rewrite_config([](nlohmann::json& j) { j["tie_word_embeddings"] = true; });
+  EXPECT_ERROR_CONTAINS(load_model(tied.dir.path()).status(),
+                        "holds 1 tensor(s) that the config never reads:\n  'lm_head.weight'");
+}
+
+// What checkpoints legitimately carry beside the decoder loads; anything else is named.
+TEST(ModelLoadingRobustnessTest, KnownExtrasAreIgnoredAndOthersNamed) {
+  CheckpointCopy copy;
+  copy.rewrite_weights([](auto& tensors) {
+    tensors.emplace_back("mtp.fc.weight", Tensor::zeros({4, 4}, DType::kF32));
+    tensors.emplace_back("mtp.layers.0.input_layernorm.weight", Tensor::zeros({4}, DType::kF32));
+    tensors.emplace_back("model.layers.3.self_attn.rotary_emb.inv_freq",
+                         Tensor::zeros({4}, DType::kF32));
+  });
+  EXPECT_OK(load_model(copy.dir.path()).status());
+  copy.rewrite_weights([](auto& tensors) {
+    tensors.emplace_back("model.extra.weight", Tensor::zeros({4}, DType::kF32));
+  });
+  EXPECT_ERROR_CONTAINS(load_model(copy.dir.path()).status(),
+                        "holds 1 tensor(s) that the config never reads:\n  'model.extra.weight'");
+
+  // A multimodal checkpoint: the decoder under model.language_model., a vision tower beside it.
+  CheckpointCopy wrapped;
+  wrapped.rewrite_weights([](auto& tensors) {
+    for (auto& [name, t] : tensors)
+      if (name.starts_with("model.")) name = "model.language_model." + name.substr(6);
+    tensors.emplace_back("model.visual.patch_embed.proj.weight", Tensor::zeros({4}, DType::kF32));
+  });
+  EXPECT_OK(load_model(wrapped.dir.path()).status());
+  wrapped.rewrite_weights([](auto& tensors) {
+    tensors.emplace_back("model.language_model.layers.9.mlp.gate.weight",
+                         Tensor::zeros({4}, DType::kF32));
+  });
+  EXPECT_ERROR_CONTAINS(load_model(wrapped.dir.path()).status(),
+                        "'model.language_model.layers.9.mlp.gate.weight'");
+}
+
+// Nesting 100,000 deep in config.json or a safetensors header: an error naming file and field.
+TEST(ModelLoadingRobustnessTest, DeepNestingIsNamed) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CheckpointCopy copy;
+  {
+    std::string text = read_text(copy.config());
+    const size_t at = text.find("\"num_hidden_layers\": 4");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 22, "\"num_hidden_layers\": " + deep);
+    std::ofstream(copy.config()) << text;
+  }
+  EXPECT_ERROR_CONTAINS(load_model(copy.dir.path()).status(),
+                        copy.config() +
+                            ": field 'num_hidden_layers' nests arrays or objects deeper than 64 "
+                            "levels");
+
+  CheckpointCopy header;
+  {
+    const std::string text = "{\"w\": {\"dtype\": \"F32\", \"shape\": " + deep + "}}";
+    std::ofstream out(header.weights(), std::ios::binary | std::ios::trunc);
+    for (int b = 0; b < 8; ++b) out.put(static_cast<char>((text.size() >> (8 * b)) & 0xff));
+    out << text;
+  }
+  EXPECT_ERROR_CONTAINS(load_model(header.dir.path()).status(),
+                        header.weights() +
+                            ": header: field 'w.shape' nests arrays or objects deeper than 64 "
+                            "levels");
+}
+
+// A wrapper's registered model_type picks the architecture; a decoder model_type that is not a
+// string (or names another variant) must neither throw nor choose another mapping table.
+TEST(ModelLoadingRobustnessTest, DecoderModelTypeOfAnotherTypeFallsBackToTheVariant) {
+  CheckpointCopy copy;
+  copy.rewrite_config([](nlohmann::json& j) {
+    nlohmann::json text = j;
+    text["model_type"] = 42;
+    j = {{"model_type", "qwen3_next"}, {"text_config", text}};
+  });
+  Result<std::unique_ptr<Model>> model = load_model(copy.dir.path());
+  ASSERT_OK(model.status());
+  EXPECT_EQ(model.value()->config().model_type, "qwen3_next");
+}
+
+TEST(ModelLoadingRobustnessTest, MaxContextComesFromTheConfig) {
+  struct Case {
+    const char* dir;
+    int64_t max_context;
+  };
+  const std::string golden = testing::golden_dir();
+  for (const Case& c : {Case{"qwen3_next", 4096}, Case{"qwen3_5", 4096}, Case{"qwen3_5_moe", 4096},
+                        Case{"kimi_linear", 4096},  // model_max_length
+                        Case{"kimi_k3", 4096}}) {
+    SCOPED_TRACE(c.dir);
+    Result<LoadedConfig> loaded = load_config(golden + "/" + c.dir);
+    ASSERT_OK(loaded.status());
+    EXPECT_EQ(loaded->config.max_context, c.max_context);
+  }
+  Result<LoadedConfig> k3 = load_config(testing::test_data_dir() + "/kimi_k3_config");
+  ASSERT_OK(k3.status());
+  EXPECT_EQ(k3->config.max_context, 1'048'576);
+  CheckpointCopy copy;
+  copy.rewrite_config([](nlohmann::json& j) { j.erase("max_position_embeddings"); });
+  Result<LoadedConfig> unknown = load_config(copy.dir.path());
+  ASSERT_OK(unknown.status());
+  EXPECT_EQ(unknown->config.max_context, 0);
 }
 
 }  // namespace

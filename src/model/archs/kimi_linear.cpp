@@ -26,6 +26,7 @@
 
 #include "model/architecture.h"
 #include "model/config_json.h"
+#include "model/json_file.h"
 #include "model/weight_loader.h"
 
 namespace hyla::model {
@@ -41,7 +42,8 @@ bool has_field(const nlohmann::json& j, const char* key) {
 std::string config_string(const nlohmann::json& j, const char* key, const std::string& fallback) {
   if (!has_field(j, key)) return fallback;
   if (!j[key].is_string())
-    throw ConfigFieldError(str_cat("field '", key, "' must be a string, got ", j[key].dump()));
+    throw ConfigFieldError(
+        str_cat("field '", key, "' must be a string, got ", json_excerpt(j[key])));
   return j[key].get<std::string>();
 }
 
@@ -60,12 +62,12 @@ std::string alias_names(std::initializer_list<const char*> keys) {
 /// An integer field spelled under several names (the golden config carries them all): the first
 /// present wins; present ones must agree.
 int64_t config_int_alias(const nlohmann::json& j, std::initializer_list<const char*> keys,
-                         int64_t fallback) {
+                         int64_t fallback, IntRange range) {
   const char* found = nullptr;
   int64_t value = fallback;
   for (const char* key : keys) {
     if (!has_field(j, key)) continue;
-    const int64_t v = config_int(j, key);
+    const int64_t v = config_int(j, key, range);
     if (found && v != value)
       throw ConfigFieldError(
           str_cat("field '", found, "' is ", value, " but its alias '", key, "' is ", v));
@@ -80,10 +82,6 @@ bool config_bool_alias(const nlohmann::json& j, std::initializer_list<const char
   for (const char* key : keys)
     if (has_field(j, key)) return config_bool(j, key, fallback);
   return fallback;
-}
-
-bool contains(const std::vector<int64_t>& list, int64_t value) {
-  return std::find(list.begin(), list.end(), value) != list.end();
 }
 
 /// linear_attn_config: KDA geometry, gates and the 1-indexed layer lists.
@@ -101,18 +99,24 @@ LinearAttnConfig parse_linear_attn_config(const nlohmann::json& j) {
   try {
     LinearAttnConfig out;
     LinearAttentionConfig& l = out.kda;
-    l.num_k_heads = l.num_v_heads = config_int(lac, "num_heads");
-    l.head_k_dim = l.head_v_dim = config_int(lac, "head_dim");
-    l.conv_kernel = config_int(lac, "short_conv_kernel_size", 4);
+    l.num_k_heads = l.num_v_heads = config_int(lac, "num_heads", {1, kMaxHeads});
+    l.head_k_dim = l.head_v_dim = config_int(lac, "head_dim", {1, kMaxHeadDim});
+    l.conv_kernel = config_int(lac, "short_conv_kernel_size", 4, {1, kMaxConvKernel});
     l.full_rank_output_gate = config_bool(lac, "use_full_rank_gate", false);
-    if (has_field(lac, "gate_lower_bound"))
-      l.gate_lower_bound = float(config_number(lac, "gate_lower_bound", 0.0));
+    if (has_field(lac, "gate_lower_bound")) {
+      const double bound = config_number(lac, "gate_lower_bound", 0.0);
+      if (!(bound >= -1e6 && bound <= 1e6))  // K3: -5; the gate is bound * sigmoid(...)
+        throw ConfigFieldError(
+            str_cat("field 'gate_lower_bound' is ", bound, ", expected a number in [-1e6, 1e6]"));
+      l.gate_lower_bound = float(bound);
+    }
     l.gate_rank = l.head_k_dim;  // f_a_proj (and g_a_proj): hidden -> head_dim
     // Kimi-Linear stores one A_log per head; K3 stores head_dim entries and uses the first H.
     l.a_log_stored = l.full_rank_output_gate ? l.head_k_dim : l.num_k_heads;
     out.has_kda_layers = has_field(lac, "kda_layers");
-    out.kda_layers = config_int_list(lac, "kda_layers", {});
-    out.full_attn_layers = config_int_list(lac, "full_attn_layers", {});
+    // 1-indexed layers; parse_mixers checks them against num_hidden_layers.
+    out.kda_layers = config_int_list(lac, "kda_layers", {}, {INT64_MIN, INT64_MAX});
+    out.full_attn_layers = config_int_list(lac, "full_attn_layers", {}, {INT64_MIN, INT64_MAX});
     return out;
   } catch (const ConfigFieldError& e) {
     throw ConfigFieldError(str_cat("linear_attn_config: ", e.what()));
@@ -128,8 +132,11 @@ std::vector<MixerKind> parse_mixers(const nlohmann::json& j, const LinearAttnCon
       if (layer < 1 || layer > L)
         throw ConfigFieldError(str_cat("linear_attn_config.", name, " has layer ", layer,
                                        ", expected 1-indexed layers in [1, ", L, "]"));
-  for (int64_t layer : lac.kda_layers)
-    if (contains(lac.full_attn_layers, layer))
+  std::vector<bool> is_kda(size_t(L) + 1, false), is_full(size_t(L) + 1, false);  // 1-indexed
+  for (int64_t layer : lac.kda_layers) is_kda[size_t(layer)] = true;
+  for (int64_t layer : lac.full_attn_layers) is_full[size_t(layer)] = true;
+  for (int64_t layer = 1; layer <= L; ++layer)
+    if (is_kda[size_t(layer)] && is_full[size_t(layer)])
       throw ConfigFieldError(str_cat("linear_attn_config: layer ", layer,
                                      " is in both kda_layers and full_attn_layers"));
   const auto types = config_string_list(j, "layer_types");
@@ -141,14 +148,14 @@ std::vector<MixerKind> parse_mixers(const nlohmann::json& j, const LinearAttnCon
                                    " (num_hidden_layers)"));
   std::vector<MixerKind> mixers;
   for (int64_t i = 0; i < L; ++i) {
-    bool kda = contains(lac.kda_layers, i + 1);
+    bool kda = is_kda[size_t(i + 1)];
     if (types) {
       const std::string& t = (*types)[size_t(i)];
       if (t != "linear_attention" && t != "full_attention")
-        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", t,
+        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", text_excerpt(t),
                                        "', expected linear_attention or full_attention"));
       if (lac.has_kda_layers && kda != (t == "linear_attention"))
-        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", t,
+        throw ConfigFieldError(str_cat("layer_types[", i, "] is '", text_excerpt(t),
                                        "' but linear_attn_config.kda_layers ",
                                        kda ? "contains " : "does not contain ", i + 1));
       kda = t == "linear_attention";
@@ -160,12 +167,12 @@ std::vector<MixerKind> parse_mixers(const nlohmann::json& j, const LinearAttnCon
 
 LatentAttentionConfig parse_latent(const nlohmann::json& j) {
   LatentAttentionConfig m;
-  m.num_heads = config_int(j, "num_attention_heads");
-  m.q_lora_rank = config_int(j, "q_lora_rank", 0);  // null = plain q_proj
-  m.kv_lora_rank = config_int(j, "kv_lora_rank");
-  m.qk_nope_head_dim = config_int(j, "qk_nope_head_dim");
-  m.qk_rope_head_dim = config_int(j, "qk_rope_head_dim");
-  m.v_head_dim = config_int(j, "v_head_dim");
+  m.num_heads = config_int(j, "num_attention_heads", {1, kMaxHeads});
+  m.q_lora_rank = config_int(j, "q_lora_rank", 0, {0, kMaxWidth});  // null or 0 = plain q_proj
+  m.kv_lora_rank = config_int(j, "kv_lora_rank", {1, kMaxWidth});
+  m.qk_nope_head_dim = config_int(j, "qk_nope_head_dim", {0, kMaxHeadDim});
+  m.qk_rope_head_dim = config_int(j, "qk_rope_head_dim", {0, kMaxHeadDim});
+  m.v_head_dim = config_int(j, "v_head_dim", {1, kMaxHeadDim});
   // q_a_layernorm / kv_a_layernorm are built without rms_norm_eps in HF and Moonshot's code, so
   // they keep KimiRMSNorm's default 1e-6 (SGLang uses rms_norm_eps; the difference is tiny).
   m.kv_a_norm_eps = 1e-6f;
@@ -177,28 +184,37 @@ LatentAttentionConfig parse_latent(const nlohmann::json& j) {
 
 MoeConfig parse_moe(const nlohmann::json& j) {
   MoeConfig m;
-  m.num_experts = config_int_alias(j, {"num_experts", "n_routed_experts", "num_local_experts"}, 0);
+  m.num_experts = config_int_alias(j, {"num_experts", "n_routed_experts", "num_local_experts"}, 0,
+                                   {0, kMaxExperts});  // 0: no MoE
   if (m.num_experts == 0) return m;
-  m.top_k = config_int_alias(j, {"num_experts_per_token", "num_experts_per_tok"}, 0);
+  m.top_k =
+      config_int_alias(j, {"num_experts_per_token", "num_experts_per_tok"}, 0, {1, m.num_experts});
   if (m.top_k == 0)
     throw ConfigFieldError(str_cat("missing required field ",
                                    alias_names({"num_experts_per_token", "num_experts_per_tok"})));
-  m.expert_intermediate = config_int(j, "moe_intermediate_size");
+  m.expert_intermediate = config_int(j, "moe_intermediate_size", {1, kMaxWidth});
   const std::string act = config_string(j, "moe_router_activation_func", "sigmoid");
   if (act != "sigmoid" && act != "softmax")
-    throw ConfigFieldError(
-        str_cat("field 'moe_router_activation_func' is '", act, "', expected sigmoid or softmax"));
+    throw ConfigFieldError(str_cat("field 'moe_router_activation_func' is '", text_excerpt(act),
+                                   "', expected sigmoid or softmax"));
   m.scoring = act == "sigmoid" ? MoeScoringKind::kSigmoid : MoeScoringKind::kSoftmax;
   m.renormalize = config_bool_alias(j, {"moe_renormalize", "norm_topk_prob"}, true);
-  m.routed_scaling = float(config_number(j, "routed_scaling_factor", 1.0));
+  const double scaling = config_number(j, "routed_scaling_factor", 1.0);
+  if (!(scaling > 0.0 && scaling <= 1e6))
+    throw ConfigFieldError(
+        str_cat("field 'routed_scaling_factor' is ", scaling, ", expected a number in (0, 1e6]"));
+  m.routed_scaling = float(scaling);
   m.correction_bias = true;  // gate.e_score_correction_bias (noaux_tc), selection only
-  m.num_groups = config_int_alias(j, {"num_expert_group", "n_group"}, 1);
-  m.topk_groups = config_int(j, "topk_group", 1);
+  // Groups divide the experts (validate checks that they do).
+  m.num_groups = config_int_alias(j, {"num_expert_group", "n_group"}, 1, {1, m.num_experts});
+  m.topk_groups = config_int(j, "topk_group", 1, {1, m.num_groups});
+  // Shared experts run as one SwiGLU of num_shared_experts x moe_intermediate_size.
   m.shared_intermediate =
-      m.expert_intermediate * config_int_alias(j, {"num_shared_experts", "n_shared_experts"}, 0);
+      m.expert_intermediate *
+      config_int_alias(j, {"num_shared_experts", "n_shared_experts"}, 0, {0, kMaxSharedExperts});
   m.shared_expert_gate = false;
   // K3 latent MoE; latent_moe_use_norm defaults to false (SGLang), so it is read, never assumed
-  m.latent_dim = config_int(j, "routed_expert_hidden_size", 0);
+  m.latent_dim = config_int(j, "routed_expert_hidden_size", 0, {0, kMaxWidth});
   m.latent_norm = m.latent_dim > 0 && config_bool(j, "latent_moe_use_norm", false);
   return m;
 }
@@ -210,16 +226,18 @@ std::vector<MlpKind> parse_mlps(const nlohmann::json& j, const MoeConfig& moe, i
   if (types && int64_t(types->size()) != L)
     throw ConfigFieldError(str_cat("mlp_layer_types has ", types->size(), " entries, expected ", L,
                                    " (num_hidden_layers)"));
-  const int64_t first_dense = config_int(j, "first_k_dense_replace", 0);
-  const int64_t freq = std::max<int64_t>(config_int(j, "moe_layer_freq", 1), 1);
+  // Layers below first_k_dense_replace are dense (any count; more than L means all of them); MoE
+  // every moe_layer_freq layers (a divisor, so >= 1).
+  const int64_t first_dense = config_int(j, "first_k_dense_replace", 0, {0, kMaxLayers});
+  const int64_t freq = config_int(j, "moe_layer_freq", 1, {1, kMaxLayers});
   std::vector<MlpKind> mlps;
   for (int64_t i = 0; i < L; ++i) {
     bool sparse = moe.num_experts > 0 && i >= first_dense && i % freq == 0;
     if (types) {
       const std::string& t = (*types)[size_t(i)];
       if (t != "dense" && t != "sparse")
-        throw ConfigFieldError(
-            str_cat("mlp_layer_types[", i, "] is '", t, "', expected dense or sparse"));
+        throw ConfigFieldError(str_cat("mlp_layer_types[", i, "] is '", text_excerpt(t),
+                                       "', expected dense or sparse"));
       sparse = t == "sparse";
     }
     if (sparse && moe.num_experts == 0)
@@ -236,19 +254,23 @@ std::vector<MlpKind> parse_mlps(const nlohmann::json& j, const MoeConfig& moe, i
 Result<ModelConfig> parse_kimi_config(const nlohmann::json& j, const std::string& source, bool k3) {
   return config_field_guard(source, [&]() -> Result<ModelConfig> {
     ModelConfig c;
-    c.vocab_size = config_int(j, "vocab_size");
-    c.hidden_size = config_int(j, "hidden_size");
-    c.num_layers = config_int(j, "num_hidden_layers");
-    c.intermediate_size = config_int(j, "intermediate_size", 0);
+    c.vocab_size = config_int(j, "vocab_size", {1, kMaxVocab});
+    c.hidden_size = config_int(j, "hidden_size", {1, kMaxHidden});
+    c.num_layers = config_int(j, "num_hidden_layers", {1, kMaxLayers});
+    c.intermediate_size = config_int(j, "intermediate_size", 0, {1, kMaxWidth});
     c.rms_norm_eps = float(config_number(j, "rms_norm_eps", 1e-6));
     c.norm_form = kernels::RmsNormForm::kWeight;
     c.tie_word_embeddings = config_bool(j, "tie_word_embeddings", false);
+    // Kimi-Linear's released config has only model_max_length; K3 has max_position_embeddings.
+    c.max_context =
+        config_int(j, "max_position_embeddings",
+                   config_int(j, "model_max_length", 0, {1, kMaxContext}), {1, kMaxContext});
 
     const std::string act = config_string(j, "hidden_act", "silu");
     if (act != "silu" && act != "situ")
-      throw ConfigFieldError(
-          str_cat("field 'hidden_act' is '", act, "', expected silu (Kimi-Linear) or situ (K3)"));
-    c.attn_res_block_size = config_int(j, "attn_res_block_size", 0);
+      throw ConfigFieldError(str_cat("field 'hidden_act' is '", text_excerpt(act),
+                                     "', expected silu (Kimi-Linear) or situ (K3)"));
+    c.attn_res_block_size = config_int(j, "attn_res_block_size", 0, {0, kMaxLayers});
     k3 = k3 || act == "situ" || c.attn_res_block_size > 0 ||
          has_field(j, "routed_expert_hidden_size");
     c.model_type = k3 ? "kimi_k3" : "kimi_linear";

@@ -7,11 +7,14 @@
 //   - MLP: Qwen3-Next and Qwen3.5-MoE use MoE (softmax top-k + sigmoid-gated shared expert);
 //     Qwen3.5 a dense SwiGLU MLP.
 // Everything else: (1 + w) RMSNorms, gated full attention every 4th layer with partial RoPE.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "model/architecture.h"
 #include "model/config_json.h"
+#include "model/json_file.h"
 #include "model/weight_loader.h"
 
 namespace hyla::model {
@@ -20,76 +23,111 @@ namespace {
 
 enum class QwenVariant { kNext, k35, k35Moe };
 
+QwenVariant variant_of(const std::string& model_type) {
+  if (model_type.rfind("qwen3_next", 0) == 0) return QwenVariant::kNext;
+  if (model_type.rfind("qwen3_5_moe", 0) == 0) return QwenVariant::k35Moe;
+  return QwenVariant::k35;
+}
+QwenVariant variant_of(const ModelConfig& c) { return variant_of(c.model_type); }
+
 // ---- config ----
 
 Result<ModelConfig> parse_qwen(const nlohmann::json& j, const std::string& source,
                                QwenVariant variant) {
   return config_field_guard(source, [&]() -> Result<ModelConfig> {
     ModelConfig c;
-    c.model_type = j.value("model_type", "");
-    c.vocab_size = config_int(j, "vocab_size");
-    c.hidden_size = config_int(j, "hidden_size");
-    c.num_layers = config_int(j, "num_hidden_layers");
-    c.intermediate_size = config_int(j, "intermediate_size", 0);
+    // The decoder's own model_type (qwen3_5_text, ...) when it names this variant; else (absent,
+    // not a string, or another variant under a registered wrapper) the variant's name, because
+    // the mapping table is chosen by it.
+    const auto type_it = j.find("model_type");
+    const std::string declared =
+        type_it != j.end() && type_it->is_string() ? type_it->get<std::string>() : std::string();
+    c.model_type = !declared.empty() && variant_of(declared) == variant ? declared
+                   : variant == QwenVariant::kNext                      ? "qwen3_next"
+                   : variant == QwenVariant::k35Moe                     ? "qwen3_5_moe"
+                                                                        : "qwen3_5";
+    c.vocab_size = config_int(j, "vocab_size", {1, kMaxVocab});
+    c.hidden_size = config_int(j, "hidden_size", {1, kMaxHidden});
+    c.num_layers = config_int(j, "num_hidden_layers", {1, kMaxLayers});
+    c.intermediate_size = config_int(j, "intermediate_size", 0, {1, kMaxWidth});
     c.rms_norm_eps = float(config_number(j, "rms_norm_eps", 1e-6));
     c.norm_form = kernels::RmsNormForm::kOffset;
     c.tie_word_embeddings = config_bool(j, "tie_word_embeddings", false);
+    c.max_context = config_int(j, "max_position_embeddings", 0, {1, kMaxContext});
 
-    // Layer kinds: layer_types when given, else full attention every full_attention_interval.
+    // Layer kinds: layer_types when given, else full attention every full_attention_interval
+    // layers (a divisor, so >= 1).
     const auto types = config_string_list(j, "layer_types");
-    const int64_t interval = config_int(j, "full_attention_interval", 4);
+    const int64_t interval = config_int(j, "full_attention_interval", 4, {1, kMaxLayers});
+    if (types && int64_t(types->size()) != c.num_layers)
+      throw ConfigFieldError(str_cat("layer_types has ", types->size(), " entries, expected ",
+                                     c.num_layers, " (num_hidden_layers)"));
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      bool full = (i + 1) % interval == 0;
+      bool full = false;
       if (types) {
-        if (int64_t(types->size()) != c.num_layers)
-          throw ConfigFieldError(str_cat("layer_types has ", types->size(), " entries, expected ",
-                                         c.num_layers, " (num_hidden_layers)"));
         const std::string& t = (*types)[size_t(i)];
         if (t != "linear_attention" && t != "full_attention")
-          throw ConfigFieldError(str_cat("layer_types[", i, "] is '", t,
+          throw ConfigFieldError(str_cat("layer_types[", i, "] is '", text_excerpt(t),
                                          "', expected linear_attention or full_attention"));
         full = t == "full_attention";
+      } else {
+        full = (i + 1) % interval == 0;
       }
       c.mixers.push_back(full ? MixerKind::kFullAttention : MixerKind::kGatedDeltaNet);
     }
 
     LinearAttentionConfig& l = c.linear;
-    l.num_k_heads = config_int(j, "linear_num_key_heads");
-    l.num_v_heads = config_int(j, "linear_num_value_heads");
-    l.head_k_dim = config_int(j, "linear_key_head_dim");
-    l.head_v_dim = config_int(j, "linear_value_head_dim");
-    l.conv_kernel = config_int(j, "linear_conv_kernel_dim", 4);
+    l.num_k_heads = config_int(j, "linear_num_key_heads", {1, kMaxHeads});
+    l.num_v_heads = config_int(j, "linear_num_value_heads", {1, kMaxHeads});
+    l.head_k_dim = config_int(j, "linear_key_head_dim", {1, kMaxHeadDim});
+    l.head_v_dim = config_int(j, "linear_value_head_dim", {1, kMaxHeadDim});
+    l.conv_kernel = config_int(j, "linear_conv_kernel_dim", 4, {1, kMaxConvKernel});
 
     FullAttentionConfig& a = c.attention;
-    a.num_heads = config_int(j, "num_attention_heads");
-    a.num_kv_heads = config_int(j, "num_key_value_heads", a.num_heads);
-    a.head_dim = config_int(j, "head_dim", c.hidden_size / std::max<int64_t>(a.num_heads, 1));
+    a.num_heads = config_int(j, "num_attention_heads", {1, kMaxHeads});
+    a.num_kv_heads = config_int(j, "num_key_value_heads", a.num_heads, {1, kMaxHeads});
+    // head_dim defaults to hidden_size / num_attention_heads (HF), which must not round to 0.
+    a.head_dim = config_int(j, "head_dim", c.hidden_size / a.num_heads, {1, kMaxHeadDim});
+    if (a.head_dim < 1)
+      throw ConfigFieldError(str_cat("no 'head_dim', and hidden_size / num_attention_heads = ",
+                                     c.hidden_size, " / ", a.num_heads, " rounds to 0"));
     const nlohmann::json& rope = config_object(j, "rope_parameters");
     const double partial = config_number(rope, "partial_rotary_factor",
                                          config_number(j, "partial_rotary_factor", 0.25));
+    if (!(partial >= 0.0 && partial <= 1.0))
+      throw ConfigFieldError(
+          str_cat("field 'partial_rotary_factor' is ", partial, ", expected a number in [0, 1]"));
     a.rotary_dim = int64_t(double(a.head_dim) * partial);
     a.rope_theta =
         float(config_number(rope, "rope_theta", config_number(j, "rope_theta", 10000.0)));
+    if (!(a.rope_theta > 0.0f) || !std::isfinite(a.rope_theta))
+      throw ConfigFieldError(str_cat("field 'rope_theta' is ", a.rope_theta,
+                                     ", expected a positive number below 3.4e38"));
     a.output_gate = true;
 
     // MLP kinds.
     const bool moe_model = variant != QwenVariant::k35;
     MoeConfig& m = c.moe;
     if (moe_model) {
-      m.num_experts = config_int(j, "num_experts");
-      m.top_k = config_int(j, "num_experts_per_tok");
-      m.expert_intermediate = config_int(j, "moe_intermediate_size");
+      m.num_experts = config_int(j, "num_experts", {0, kMaxExperts});  // 0: every layer dense
+      m.top_k = config_int(j, "num_experts_per_tok", {1, kMaxExperts});
+      m.expert_intermediate = config_int(j, "moe_intermediate_size", {1, kMaxWidth});
       m.scoring = MoeScoringKind::kSoftmax;
       // Qwen3.5-MoE always renormalises; Qwen3-Next does iff norm_topk_prob.
       m.renormalize = variant == QwenVariant::k35Moe || config_bool(j, "norm_topk_prob", true);
-      m.shared_intermediate = config_int(j, "shared_expert_intermediate_size", 0);
+      m.shared_intermediate =
+          config_int(j, "shared_expert_intermediate_size", 0, {0, kMaxWidth});  // 0: none
       m.shared_expert_gate = m.shared_intermediate > 0;
     }
-    const int64_t sparse_step = config_int(j, "decoder_sparse_step", 1);
-    const std::vector<int64_t> mlp_only = config_int_list(j, "mlp_only_layers", {});
+    // MoE every decoder_sparse_step layers (a divisor, so >= 1), except mlp_only_layers
+    // (0-indexed).
+    const int64_t sparse_step = config_int(j, "decoder_sparse_step", 1, {1, kMaxLayers});
+    std::vector<bool> only_mlp(size_t(c.num_layers), false);
+    for (int64_t layer : config_int_list(j, "mlp_only_layers", {}, {0, c.num_layers - 1}))
+      only_mlp[size_t(layer)] = true;
     for (int64_t i = 0; i < c.num_layers; ++i) {
-      const bool only_mlp = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
-      const bool moe = moe_model && m.num_experts > 0 && !only_mlp && (i + 1) % sparse_step == 0;
+      const bool moe =
+          moe_model && m.num_experts > 0 && !only_mlp[size_t(i)] && (i + 1) % sparse_step == 0;
       c.mlps.push_back(moe ? MlpKind::kMoe : MlpKind::kDense);
     }
     HYLA_RETURN_IF_ERROR(validate(c, source));
@@ -105,12 +143,6 @@ Result<ModelConfig> parse_qwen3_5(const nlohmann::json& j, const std::string& so
 }
 Result<ModelConfig> parse_qwen3_5_moe(const nlohmann::json& j, const std::string& source) {
   return parse_qwen(j, source, QwenVariant::k35Moe);
-}
-
-QwenVariant variant_of(const ModelConfig& c) {
-  if (c.model_type.rfind("qwen3_next", 0) == 0) return QwenVariant::kNext;
-  if (c.model_type.rfind("qwen3_5_moe", 0) == 0) return QwenVariant::k35Moe;
-  return QwenVariant::k35;
 }
 
 // ---- mapping table ----
