@@ -134,6 +134,7 @@ class Pool {
   }
 
   void worker_loop() {
+    detail::ensure_blas_single_threaded();
     in_region_ = true;  // a worker's own parallel_for calls run inline
     uint64_t seen = claim_.load(std::memory_order_acquire) >> 32;
     while (true) {
@@ -225,6 +226,11 @@ std::string threading_summary() {
 }
 
 namespace detail {
+void set_blas_single_threaded() {
+  openblas_set_num_threads(1);  // OpenMP build: also omp_set_num_threads(1) for this thread
+  blas_single_threaded = true;
+}
+
 void run_parallel(int64_t n, void (*fn)(void*, int64_t), void* ctx) { pool().run(n, fn, ctx); }
 }  // namespace detail
 

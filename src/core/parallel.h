@@ -31,6 +31,15 @@ std::string threading_summary();
 namespace detail {
 /// Runs fn(ctx, i) for i in [0, n) on the pool; n >= 2.
 void run_parallel(int64_t n, void (*fn)(void* ctx, int64_t i), void* ctx);
+
+/// OpenBLAS's OpenMP build decides per call from omp_get_max_threads(), a per-thread setting:
+/// every thread that reaches a BLAS call sets it to one first, or OpenBLAS would start its own
+/// threads from inside a task (and two such calls at once share its thread buffers).
+void set_blas_single_threaded();
+inline thread_local bool blas_single_threaded = false;
+inline void ensure_blas_single_threaded() {
+  if (!blas_single_threaded) set_blas_single_threaded();
+}
 }  // namespace detail
 
 /// Runs body(i) for i in [0, n) across the threads; iterations must be independent. Items are
@@ -39,6 +48,7 @@ void run_parallel(int64_t n, void (*fn)(void* ctx, int64_t i), void* ctx);
 template <typename Body>
 void parallel_for(int64_t n, Body&& body) {
   if (n <= 0) return;
+  detail::ensure_blas_single_threaded();
   if (n == 1 || num_threads() == 1) {
     for (int64_t i = 0; i < n; ++i) body(i);
     return;

@@ -25,6 +25,43 @@ Status norm(const Tensor& x, const Tensor& weight, const ModelConfig& c, const T
       {.x = x, .weight = weight, .eps = c.rms_norm_eps, .form = c.norm_form, .y = y});
 }
 
+/// A projection whose every value is a bf16 number (a bf16 checkpoint, widened to f32 at load) is
+/// stored as bf16 again: the linear kernel reads bf16 weights directly, so a decode step, which is
+/// bound by reading the weights, reads half the bytes for the same values and results.
+void keep_bf16_when_exact(Tensor& w) {
+  if (!w.defined() || w.dtype() != DType::kF32 || w.ndim() != 2 || !w.view().is_contiguous())
+    return;
+  const uint32_t* bits = static_cast<const uint32_t*>(w.view().raw());
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if ((bits[i] & 0xffffu) != 0) return;  // f32 is a bf16 number iff its low 16 bits are zero
+  Tensor narrow = Tensor::empty({w.size(0), w.size(1)}, DType::kBF16);
+  bf16* dst = narrow.data<bf16>();
+  for (int64_t i = 0; i < w.numel(); ++i) dst[i] = bf16{static_cast<uint16_t>(bits[i] >> 16)};
+  w = std::move(narrow);
+}
+
+/// Every weight that only kernels::linear reads.
+void keep_projections_bf16_when_exact(std::vector<DecoderLayer>& layers, Tensor& lm_head) {
+  auto mlp = [](DenseMlpWeights& m) {
+    keep_bf16_when_exact(m.gate_up);
+    keep_bf16_when_exact(m.down);
+  };
+  for (DecoderLayer& l : layers) {
+    for (Tensor* w : {&l.gdn.in_proj,      &l.gdn.out_proj,     &l.kda.qkv_proj,
+                      &l.kda.fa_b,         &l.kda.f_b,          &l.kda.g_a,
+                      &l.kda.g_b,          &l.kda.o_proj,       &l.attention.qkv_proj,
+                      &l.attention.o_proj, &l.latent.q_proj,    &l.latent.q_a_proj,
+                      &l.latent.q_b_proj,  &l.latent.kv_a_proj, &l.latent.kv_b_proj,
+                      &l.latent.o_proj,    &l.latent.g_proj,    &l.moe.router,
+                      &l.moe.shared_gate,  &l.moe.latent_down,  &l.moe.latent_up})
+      keep_bf16_when_exact(*w);
+    mlp(l.dense);
+    mlp(l.moe.shared);
+    for (DenseMlpWeights& e : l.moe.experts) mlp(e);
+  }
+  keep_bf16_when_exact(lm_head);
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> layers,
@@ -35,6 +72,7 @@ Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> lay
       final_norm_(std::move(final_norm)),
       lm_head_(std::move(lm_head)),
       output_res_cw_(std::move(output_res_cw)) {
+  keep_projections_bf16_when_exact(layers_, lm_head_);
   HYLA_CHECK(config_.attn_res_block_size == 0 || output_res_cw_.defined(),
              "Model: Attention Residuals need the output score vector");
 }

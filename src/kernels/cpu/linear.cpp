@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -89,50 +90,60 @@ void multiply_rows(const LinearParams& p, const float* w, int64_t n0, int64_t ro
   }
 }
 
-/// y[t, n0 : n0 + rows] = x[t] W[n0 : n0 + rows]^T + bias, four weight rows at a time read
-/// straight from their stored dtype (f32 or bf16: both widen with vector instructions).
+// Vectors of 16 fp32 lanes (one AVX-512 register; two AVX2 ones elsewhere). Explicit vectors, not
+// a vectorised reduction, so the summation order is fixed: the compiler's alignment peeling would
+// otherwise make a dot product's rounding depend on where its inputs lie in memory.
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+typedef uint16_t U16x16 __attribute__((vector_size(32)));
+
+inline F32x16 load16(const float* p) {
+  F32x16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline F32x16 load16(const bf16* p) {
+  U16x16 h;
+  std::memcpy(&h, p, sizeof(h));
+  const U32x16 u = __builtin_convertvector(h, U32x16) << 16;  // bf16 -> f32: the high half
+  F32x16 v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+inline float load1(const float* p) { return *p; }
+inline float load1(const bf16* p) { return bf16_to_f32(*p); }
+
+inline float sum16(F32x16 v) {
+  float s = 0.0f;
+  for (int l = 0; l < 16; ++l) s += v[l];
+  return s;
+}
+
+/// y[t, n0 : n0 + rows] = x[t] W[n0 : n0 + rows]^T + bias: weight rows read straight from their
+/// stored dtype (f32 or bf16), four at a time, each reused from L1 for every token.
 template <typename TW>
 void dot_rows(const LinearParams& p, const TW* w, int64_t n0, int64_t rows) {
-  const int64_t T = p.x.size(0), K = p.x.size(1);
+  const int64_t T = p.x.size(0), K = p.x.size(1), K16 = K / 16 * 16;
   const float* bias = p.bias.defined() ? static_cast<const float*>(p.bias.raw()) + n0 : nullptr;
-  auto widen1 = [](TW v) -> float {
-    if constexpr (std::is_same_v<TW, float>) {
-      return v;
-    } else {
-      return bf16_to_f32(v);
-    }
-  };
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) {
-    const TW* w0 = w + r * K;
-    const TW* w1 = w0 + K;
-    const TW* w2 = w1 + K;
-    const TW* w3 = w2 + K;
+  for (int64_t r = 0; r < rows; r += 4) {
+    const int64_t nr = std::min<int64_t>(4, rows - r);
+    const TW* wr[4];
+    for (int64_t i = 0; i < 4; ++i) wr[i] = w + (r + std::min(i, nr - 1)) * K;
     for (int64_t t = 0; t < T; ++t) {
       const float* x = static_cast<const float*>(p.x.raw()) + t * p.x.stride(0);
-      float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-      for (int64_t k = 0; k < K; ++k) {
-        a0 += widen1(w0[k]) * x[k];
-        a1 += widen1(w1[k]) * x[k];
-        a2 += widen1(w2[k]) * x[k];
-        a3 += widen1(w3[k]) * x[k];
+      F32x16 acc[4] = {};
+      for (int64_t k = 0; k < K16; k += 16) {
+        const F32x16 xv = load16(x + k);
+        for (int i = 0; i < 4; ++i) acc[i] += load16(wr[i] + k) * xv;
       }
       float* y = static_cast<float*>(p.y.raw()) + t * p.y.stride(0) + n0 + r;
-      y[0] = a0 + (bias ? bias[r] : 0.0f);
-      y[1] = a1 + (bias ? bias[r + 1] : 0.0f);
-      y[2] = a2 + (bias ? bias[r + 2] : 0.0f);
-      y[3] = a3 + (bias ? bias[r + 3] : 0.0f);
-    }
-  }
-  for (; r < rows; ++r) {
-    const TW* w0 = w + r * K;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* x = static_cast<const float*>(p.x.raw()) + t * p.x.stride(0);
-      float a0 = 0.0f;
-#pragma omp simd reduction(+ : a0)
-      for (int64_t k = 0; k < K; ++k) a0 += widen1(w0[k]) * x[k];
-      static_cast<float*>(p.y.raw())[t * p.y.stride(0) + n0 + r] = a0 + (bias ? bias[r] : 0.0f);
+      for (int64_t i = 0; i < nr; ++i) {
+        float s = sum16(acc[i]);
+        for (int64_t k = K16; k < K; ++k) s += load1(wr[i] + k) * x[k];
+        y[i] = s + (bias ? bias[r + i] : 0.0f);
+      }
     }
   }
 }
