@@ -475,7 +475,9 @@ Status validate(const GenerateOptions& o) {
   return ok_status();
 }
 
-int run_generate(const GenerateOptions& options, std::FILE* out, std::FILE* err, std::FILE* in) {
+namespace {
+
+int generate(const GenerateOptions& options, std::FILE* out, std::FILE* err, std::FILE* in) {
   if (const Status s = validate(options); !s.ok()) {
     std::fprintf(err, "hyla generate: %s\n", s.message().c_str());
     return 2;
@@ -500,6 +502,20 @@ int run_generate(const GenerateOptions& options, std::FILE* out, std::FILE* err,
               "libpcre2-dev and libicu-dev, e.g. with tools/install_deps.sh, and rebuild), so it "
               "cannot take a text prompt; --prompt-ids still works");
 #endif
+}
+
+}  // namespace
+
+int run_generate(const GenerateOptions& options, std::FILE* out, std::FILE* err, std::FILE* in) {
+  // Errors travel as Status; this net turns anything still thrown below (the standard library,
+  // an allocation) into a message instead of a terminate.
+  try {
+    return generate(options, out, err, in);
+  } catch (const std::bad_alloc&) {
+    return fail(err, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(err, e.what());
+  }
 }
 
 }  // namespace hyla::cli

@@ -58,8 +58,10 @@ Result<std::string> tokenizer_json_path(const std::string& tokenizer_path,
   return path;
 }
 
-int run_tokenize(const std::string& tokenizer_path, const std::string& model_dir, std::FILE* in,
-                 std::FILE* out, std::FILE* err) {
+namespace {
+
+int tokenize(const std::string& tokenizer_path, const std::string& model_dir, std::FILE* in,
+             std::FILE* out, std::FILE* err) {
   int exit_code = 0;
   Result<serve::Tokenizer> tokenizer = load("tokenize", tokenizer_path, model_dir, err, exit_code);
   if (!tokenizer.ok()) return exit_code;
@@ -78,8 +80,8 @@ int run_tokenize(const std::string& tokenizer_path, const std::string& model_dir
   return 0;
 }
 
-int run_detokenize(const std::string& tokenizer_path, const std::string& model_dir, std::FILE* in,
-                   std::FILE* out, std::FILE* err) {
+int detokenize(const std::string& tokenizer_path, const std::string& model_dir, std::FILE* in,
+               std::FILE* out, std::FILE* err) {
   int exit_code = 0;
   Result<serve::Tokenizer> tokenizer =
       load("detokenize", tokenizer_path, model_dir, err, exit_code);
@@ -100,6 +102,30 @@ int run_detokenize(const std::string& tokenizer_path, const std::string& model_d
   const std::string text = tokenizer->decode(ids);
   std::fwrite(text.data(), 1, text.size(), out);
   return 0;
+}
+
+}  // namespace
+
+// Errors travel as Status; these nets turn anything still thrown below (the standard library, an
+// allocation) into a message instead of a terminate.
+int run_tokenize(const std::string& tokenizer_path, const std::string& model_dir, std::FILE* in,
+                 std::FILE* out, std::FILE* err) {
+  try {
+    return tokenize(tokenizer_path, model_dir, in, out, err);
+  } catch (const std::exception& e) {
+    std::fprintf(err, "hyla tokenize: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run_detokenize(const std::string& tokenizer_path, const std::string& model_dir, std::FILE* in,
+                   std::FILE* out, std::FILE* err) {
+  try {
+    return detokenize(tokenizer_path, model_dir, in, out, err);
+  } catch (const std::exception& e) {
+    std::fprintf(err, "hyla detokenize: %s\n", e.what());
+    return 1;
+  }
 }
 
 }  // namespace hyla::cli
