@@ -547,9 +547,10 @@ class SegmentEncoder {
       if (!found) break;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(match_data_[step]);
       const size_t match_begin = ov[0], match_end = ov[1];
-      if (match_end <= match_begin) {  // empty match (or \K past the end): step over a character
-        start = std::max(start, size_t(match_begin)) +
-                std::max(1, utf8_step(text, std::max(start, size_t(match_begin))).len);
+      if (match_end <= match_begin) {  // empty match: step over one character
+        const size_t at = std::max(start, size_t(match_begin));
+        if (at >= text.size()) break;
+        start = at + size_t(std::max(1, utf8_step(text, at).len));
         continue;
       }
       HYLA_RETURN_IF_ERROR(split(text.substr(gap, match_begin - gap), step + 1, out));

@@ -340,6 +340,20 @@ TEST(TokenizerRobustness, RegexLimitsAreErrors) {
   EXPECT_TRUE(t->try_encode("hello").ok());
 }
 
+// Patterns that match the empty string (anywhere, at the end, as a lookahead) split nothing off:
+// the text is one piece, and the scan steps over characters without reading past the end.
+TEST(TokenizerRobustness, EmptyMatchesSplitNothing) {
+  for (const char* regex : {"x*", "$", "(?=b)", "\\b"}) {
+    SCOPED_TRACE(regex);
+    Json j = tiny_tokenizer_json();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex;
+    Result<Tokenizer> t = Tokenizer::from_json(j.dump(), "empty");
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    // "hello" merges across the whole piece; "\xe4\xb8\xad" is stepped over as one character.
+    EXPECT_EQ(t->encode("hello\xe4\xb8\xad"), (std::vector<int32_t>{258, 'o', 0xe4, 0xb8, 0xad}));
+  }
+}
+
 // Malformed tokenizer.json: wrong types and ids beyond the table give errors naming the field.
 TEST(TokenizerRobustness, MalformedFieldsNameTheirPath) {
   struct Case {
