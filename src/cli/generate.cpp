@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "model/architecture.h"
 #include "model/json_file.h"
 #include "runtime/engine.h"
+#include "runtime/memory/host_memory.h"
 #ifdef HYLA_WITH_PCRE2
 #include "serve/tokenizer.h"
 #endif
@@ -63,9 +65,10 @@ Status check_model_dir(const std::string& dir, bool is_default) {
       is_default ? " (the embedded demo model is made by tools/demo/train.py, see models/README.md;"
                    " or give --model DIR)"
                  : "";
-  if (!fs::is_directory(dir))
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
     return Status(ErrorCode::kNotFound, str_cat("model folder ", dir, " does not exist", hint));
-  if (!fs::exists(fs::path(dir) / "config.json"))
+  if (!fs::exists(fs::path(dir) / "config.json", ec))
     return Status(ErrorCode::kNotFound, str_cat("model folder ", dir, " has no config.json", hint));
   return ok_status();
 }
@@ -75,21 +78,134 @@ int fail(std::FILE* err, const std::string& message) {
   return 1;
 }
 
+/// fail() after the unfinished progress line of text mode ("loading ...: tokenizer, weights").
+int fail_after_progress(std::FILE* err, const std::string& message) {
+  std::fputc('\n', err);
+  return fail(err, message);
+}
+
+std::string read_all(std::FILE* in) {
+  std::string text;
+  char buffer[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, n);
+  return text;
+}
+
 runtime::SamplingParams sampling(const GenerateOptions& o, bool text_mode) {
   runtime::SamplingParams p;
   p.max_new_tokens = o.max_new_tokens.value_or(text_mode ? 128 : 16);
   p.temperature = o.temperature.value_or(text_mode ? 0.8f : 0.0f);
   p.top_k = o.top_k;
   p.top_p = o.top_p.value_or(text_mode ? 0.95f : 1.0f);
-  p.seed = o.seed;
+  p.seed = uint64_t(o.seed);
   return p;
 }
 
+/// The engine's options for `prompts` (token counts) run at `max_new_tokens`: the budget given,
+/// or one sized for every prompt at once (at most 3/4 of the available memory; a note says so
+/// when that caps it), the context limit and its override.
+Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
+                                              const model::ModelConfig& config,
+                                              const std::vector<int64_t>& prompt_tokens,
+                                              int64_t max_new_tokens, std::FILE* err) {
+  runtime::EngineOptions engine;
+  engine.allow_long_context = options.allow_long_context;
+  if (options.budget_mib) {
+    engine.memory_budget_bytes = *options.budget_mib << 20;
+    return engine;
+  }
+  std::vector<int64_t> tokens;
+  for (int64_t n : prompt_tokens) tokens.push_back(n + max_new_tokens);
+  HYLA_ASSIGN_OR_RETURN(const runtime::MemorySizing sizing,
+                        runtime::size_engine_memory(config, engine, tokens));
+  engine.memory_budget_bytes = sizing.budget_bytes;
+  engine.state_ratio = sizing.state_ratio;
+  Result<runtime::HostMemory> host = runtime::host_memory();
+  if (host.ok() && sizing.budget_bytes > host->available_bytes / 4 * 3) {
+    engine.memory_budget_bytes = host->available_bytes / 4 * 3;
+    std::fprintf(err,
+                 "hyla generate: note: running every prompt at once needs %s, more than 3/4 of "
+                 "the %s available: the budget is %s and prompts wait for each other "
+                 "(--budget-mib sets it)\n",
+                 runtime::format_bytes(sizing.budget_bytes).c_str(),
+                 runtime::format_bytes(host->available_bytes).c_str(),
+                 runtime::format_bytes(engine.memory_budget_bytes).c_str());
+  }
+  return engine;
+}
+
+/// Times a run step by step: a step that ran prompt tokens is prefill time, one that ran only
+/// decode tokens is decode time; tokens/s is decode tokens over decode time, the same in both
+/// modes.
+class RunTimer {
+ public:
+  explicit RunTimer(const runtime::Engine& engine) : engine_(engine), start_(Clock::now()) {}
+
+  /// Runs one step and records it.
+  std::vector<runtime::TokenEvent> step(runtime::Engine& engine) {
+    const int64_t prompt_before = engine.stats().prompt_tokens;
+    const auto step_start = Clock::now();
+    std::vector<runtime::TokenEvent> events = engine.step();
+    const double seconds = seconds_since(step_start);
+    int64_t sampled = 0;
+    for (const runtime::TokenEvent& e : events) sampled += e.token >= 0 ? 1 : 0;
+    if (sampled > 0 && tokens_ == 0) first_token_s_ = seconds_since(start_);
+    tokens_ += sampled;
+    if (engine.stats().prompt_tokens > prompt_before) {
+      prefill_s_ += seconds;
+    } else {
+      decode_s_ += seconds;
+      decode_tokens_ += sampled;
+    }
+    return events;
+  }
+
+  double decode_tokens_per_s() const {
+    return decode_s_ > 0 ? double(decode_tokens_) / decode_s_ : 0.0;
+  }
+
+  /// "12 tokens in 0.50 s (prompt: 16 tokens in 0.10 s, first token after 0.10 s; decode: 11
+  /// tokens in 0.40 s): 27.5 tokens/s"
+  std::string line() const {
+    char text[320];
+    std::snprintf(text, sizeof(text),
+                  "%lld tokens in %.2f s (prompt: %lld tokens in %.2f s, first token after %.2f "
+                  "s; decode: %lld tokens in %.2f s): %.1f tokens/s",
+                  static_cast<long long>(tokens_), seconds_since(start_),
+                  static_cast<long long>(engine_.stats().prompt_tokens), prefill_s_, first_token_s_,
+                  static_cast<long long>(decode_tokens_), decode_s_, decode_tokens_per_s());
+    return text;
+  }
+
+  nlohmann::json json() const {
+    return {{"tokens", tokens_},
+            {"prompt_tokens", engine_.stats().prompt_tokens},
+            {"prefill_s", prefill_s_},
+            {"first_token_s", first_token_s_},
+            {"decode_tokens", decode_tokens_},
+            {"decode_s", decode_s_},
+            {"tokens_per_s", decode_tokens_per_s()}};
+  }
+
+ private:
+  const runtime::Engine& engine_;
+  Clock::time_point start_;
+  double first_token_s_ = 0, prefill_s_ = 0, decode_s_ = 0;
+  int64_t tokens_ = 0, decode_tokens_ = 0;
+};
+
 int run_ids(const GenerateOptions& options, const std::string& model_dir, std::FILE* out,
-            std::FILE* err) {
+            std::FILE* err, std::FILE* in) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < options.prompt_ids.size(); ++i) {
-    Result<std::vector<int32_t>> ids = parse_ids(options.prompt_ids[i]);
+    std::string text = options.prompt_ids[i];
+    if (text == "-") {
+      text = read_all(in);
+      for (char& c : text)
+        if (c == '\n' || c == '\r') c = ' ';
+    }
+    Result<std::vector<int32_t>> ids = parse_ids(text);
     if (!ids.ok()) return fail(err, str_cat("--prompt-ids #", i + 1, ": ", ids.status().message()));
     prompts.push_back(std::move(ids).value());
   }
@@ -98,51 +214,84 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, std::F
   if (!model.ok()) return fail(err, model.status().message());
   for (const std::string& warning : model.value()->config().warnings)
     std::fprintf(err, "hyla generate: warning: %s\n", warning.c_str());
-  runtime::EngineOptions engine_options;
-  engine_options.memory_budget_bytes = options.budget_mib << 20;
+  const runtime::SamplingParams params = sampling(options, /*text_mode=*/false);
+  std::vector<int64_t> prompt_tokens;
+  for (const std::vector<int32_t>& p : prompts) prompt_tokens.push_back(int64_t(p.size()));
+  Result<runtime::EngineOptions> engine_options_ =
+      engine_options(options, model.value()->config(), prompt_tokens, params.max_new_tokens, err);
+  if (!engine_options_.ok()) return fail(err, engine_options_.status().message());
   Result<std::unique_ptr<runtime::Engine>> engine =
-      runtime::Engine::create(*model.value(), engine_options);
-  if (!engine.ok()) return fail(err, engine.status().message());
+      runtime::Engine::create(*model.value(), engine_options_.value());
+  if (!engine.ok())
+    return fail(err,
+                str_cat(options.budget_mib ? str_cat("--budget-mib ", *options.budget_mib, ": ")
+                                           : std::string(),
+                        engine.status().message()));
   std::fprintf(err, "memory plan: %s\n", engine.value()->plan().summary().c_str());
 
-  const runtime::SamplingParams params = sampling(options, /*text_mode=*/false);
+  // A refused or failed request is reported and the others go on.
+  std::vector<std::string> errors(prompts.size());
+  std::vector<runtime::FinishReason> finish(prompts.size(), runtime::FinishReason::kNone);
   std::map<runtime::RequestId, size_t> index;
   for (size_t i = 0; i < prompts.size(); ++i) {
     Result<runtime::RequestId> id = engine.value()->add_request(prompts[i], params);
-    if (!id.ok()) return fail(err, str_cat("prompt ", i + 1, ": ", id.status().message()));
+    if (!id.ok()) {
+      errors[i] = id.status().message();
+      finish[i] = runtime::FinishReason::kError;
+      std::fprintf(err, "hyla generate: prompt %zu refused: %s\n", i + 1, errors[i].c_str());
+      continue;
+    }
     index[id.value()] = i;
   }
 
   std::vector<std::vector<int32_t>> tokens(prompts.size());
-  const auto start = Clock::now();
+  RunTimer timer(*engine.value());
   while (!engine.value()->idle()) {
-    for (const runtime::TokenEvent& e : engine.value()->step()) {
-      if (e.reason == runtime::FinishReason::kError)
-        return fail(err, str_cat("prompt ", index.at(e.request) + 1, " failed: ", e.error));
-      if (e.token >= 0) tokens[index.at(e.request)].push_back(e.token);
+    for (const runtime::TokenEvent& e : timer.step(*engine.value())) {
+      const size_t i = index.at(e.request);
+      if (e.token >= 0) tokens[i].push_back(e.token);
+      if (e.finished) finish[i] = e.reason;
+      if (e.reason == runtime::FinishReason::kError) {
+        errors[i] = e.error;
+        std::fprintf(err, "hyla generate: prompt %zu failed: %s\n", i + 1, e.error.c_str());
+      }
     }
   }
-  const double seconds = seconds_since(start);
-  const runtime::EngineStats stats = engine.value()->stats();
-  const double tokens_per_s = seconds > 0 ? double(stats.tokens_generated) / seconds : 0.0;
 
   if (options.json) {
     nlohmann::json requests = nlohmann::json::array();
-    for (size_t i = 0; i < prompts.size(); ++i)
-      requests.push_back({{"prompt", prompts[i]}, {"tokens", tokens[i]}});
-    const nlohmann::json doc = {{"requests", requests}, {"tokens_per_s", tokens_per_s}};
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      nlohmann::json r = {{"prompt", prompts[i]},
+                          {"tokens", tokens[i]},
+                          {"finish", runtime::finish_reason_name(finish[i])}};
+      if (!errors[i].empty()) r["error"] = errors[i];
+      requests.push_back(r);
+    }
+    nlohmann::json doc = timer.json();
+    doc["requests"] = requests;
     std::fprintf(out, "%s\n", doc.dump().c_str());
   } else {
-    for (const std::vector<int32_t>& ids : tokens) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
       std::string line;
-      for (size_t t = 0; t < ids.size(); ++t) line += str_cat(t > 0 ? " " : "", ids[t]);
-      std::fprintf(out, "%s\n", line.c_str());
+      for (size_t t = 0; t < tokens[i].size(); ++t) line += str_cat(t > 0 ? " " : "", tokens[i][t]);
+      std::fprintf(out, "%s\n", line.c_str());  // an empty line for a refused prompt
     }
   }
-  std::fprintf(err, "%lld tokens in %.3f s (%lld prompt tokens, %lld steps): %.1f tokens/s\n",
-               static_cast<long long>(stats.tokens_generated), seconds,
-               static_cast<long long>(stats.prompt_tokens), static_cast<long long>(stats.steps),
-               tokens_per_s);
+  std::fflush(out);
+  std::map<std::string, int64_t> finishes;
+  for (runtime::FinishReason reason : finish) ++finishes[runtime::finish_reason_name(reason)];
+  std::string stopped;
+  for (const auto& [name, count] : finishes)
+    stopped += str_cat(stopped.empty() ? "" : ", ", name, " x", count);
+  std::fprintf(err, "%s; %lld steps; stopped by %s\n", timer.line().c_str(),
+               static_cast<long long>(engine.value()->stats().steps), stopped.c_str());
+  const size_t failed = size_t(
+      std::count_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); }));
+  if (failed > 0) {
+    std::fprintf(err, "hyla generate: %zu of %zu prompts failed (see above)\n", failed,
+                 prompts.size());
+    return 1;
+  }
   return 0;
 }
 
@@ -151,24 +300,26 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, std::F
 /// eos_token_id (a number or a list), those inside the model's vocabulary.
 std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::string& model_dir,
                                  int64_t vocab_size) {
-  std::set<int32_t> ids;
+  std::set<int64_t> ids;
   if (const std::optional<int32_t> id = tokenizer.token_id("<|endoftext|>")) ids.insert(*id);
   Result<nlohmann::json> config = model::read_json_file(model_dir + "/config.json");
   if (config.ok() && config->is_object() && config->contains("eos_token_id")) {
     const nlohmann::json& eos = (*config)["eos_token_id"];
-    if (eos.is_number_integer()) ids.insert(eos.get<int32_t>());
+    if (eos.is_number_integer()) ids.insert(eos.get<int64_t>());
     if (eos.is_array())
       for (const nlohmann::json& e : eos)
-        if (e.is_number_integer()) ids.insert(e.get<int32_t>());
+        if (e.is_number_integer()) ids.insert(e.get<int64_t>());
   }
   std::vector<int32_t> out;
-  for (int32_t id : ids)
-    if (id >= 0 && id < vocab_size) out.push_back(id);
+  for (int64_t id : ids)
+    if (id >= 0 && id < vocab_size) out.push_back(int32_t(id));
   return out;
 }
 
 int run_text(const GenerateOptions& options, const std::string& model_dir, std::FILE* out,
-             std::FILE* err) {
+             std::FILE* err, std::FILE* in) {
+  const std::string prompt_text = options.prompt_text == "-" ? read_all(in) : options.prompt_text;
+  if (prompt_text.empty()) return fail(err, "the prompt read from stdin is empty");
   const std::string tokenizer_path =
       options.tokenizer_path.empty() ? model_dir + "/tokenizer.json" : options.tokenizer_path;
   if (!fs::exists(tokenizer_path))
@@ -181,52 +332,58 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, std::
   std::fprintf(err, "loading %s: tokenizer", model_dir.c_str());
   std::fflush(err);
   Result<serve::Tokenizer> tokenizer = serve::Tokenizer::load(tokenizer_path);
-  if (!tokenizer.ok()) return fail(err, str_cat("\n", tokenizer.status().message()));
+  if (!tokenizer.ok()) return fail_after_progress(err, tokenizer.status().message());
   std::fprintf(err, ", weights");
   std::fflush(err);
   Result<std::unique_ptr<model::Model>> model = model::load_model(model_dir);
-  if (!model.ok()) return fail(err, str_cat("\n", model.status().message()));
+  if (!model.ok()) return fail_after_progress(err, model.status().message());
   const model::ModelConfig& config = model.value()->config();
   std::fprintf(err, " (%s, %lld layers)", config.model_type.c_str(),
                static_cast<long long>(config.num_layers));
   for (const std::string& warning : config.warnings)
     std::fprintf(err, "\nhyla generate: warning: %s", warning.c_str());
   if (tokenizer->vocab_size() > config.vocab_size)
-    return fail(err, str_cat("\nthe tokenizer has ", tokenizer->vocab_size(),
-                             " tokens, more than the model's vocabulary of ", config.vocab_size));
-  std::fprintf(err, ", engine");
-  std::fflush(err);
-  runtime::EngineOptions engine_options;
-  engine_options.memory_budget_bytes = options.budget_mib << 20;
-  Result<std::unique_ptr<runtime::Engine>> engine =
-      runtime::Engine::create(*model.value(), engine_options);
-  if (!engine.ok()) return fail(err, str_cat("\n", engine.status().message()));
-  std::fprintf(err, ": ready in %.2f s\n", seconds_since(load_start));
-
-  const std::vector<int32_t> prompt = tokenizer->encode(options.prompt_text);
-  if (prompt.empty()) return fail(err, "the prompt is empty");
+    return fail_after_progress(
+        err, str_cat("the tokenizer has ", tokenizer->vocab_size(),
+                     " tokens, more than the model's vocabulary of ", config.vocab_size));
+  Result<std::vector<int32_t>> encoded = tokenizer->try_encode(prompt_text);
+  if (!encoded.ok()) return fail_after_progress(err, encoded.status().message());
+  const std::vector<int32_t> prompt = std::move(encoded).value();
+  if (prompt.empty()) return fail_after_progress(err, "the prompt is empty");
   runtime::SamplingParams params = sampling(options, /*text_mode=*/true);
   if (!options.ignore_eos)
     params.stop_token_ids = stop_tokens(*tokenizer, model_dir, config.vocab_size);
+  std::fprintf(err, ", engine");
+  std::fflush(err);
+  Result<runtime::EngineOptions> engine_options_ =
+      engine_options(options, config, {int64_t(prompt.size())}, params.max_new_tokens, err);
+  if (!engine_options_.ok()) return fail_after_progress(err, engine_options_.status().message());
+  Result<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::create(*model.value(), engine_options_.value());
+  if (!engine.ok())
+    return fail_after_progress(
+        err, str_cat(options.budget_mib ? str_cat("--budget-mib ", *options.budget_mib, ": ")
+                                        : std::string(),
+                     engine.status().message()));
+  std::fprintf(err, ": ready in %.2f s\n", seconds_since(load_start));
+
   Result<runtime::RequestId> id = engine.value()->add_request(prompt, params);
   if (!id.ok()) return fail(err, id.status().message());
 
   if (!options.json) {
-    std::fputs(options.prompt_text.c_str(), out);
+    std::fputs(prompt_text.c_str(), out);
     std::fflush(out);
   }
   serve::StreamingDecoder decoder(*tokenizer);
   std::vector<int32_t> tokens;
-  std::string text;
+  std::string text, error;
   runtime::FinishReason reason = runtime::FinishReason::kNone;
-  const auto start = Clock::now();
-  double first_token_s = 0;
+  RunTimer timer(*engine.value());
   while (!engine.value()->idle()) {
-    for (const runtime::TokenEvent& e : engine.value()->step()) {
-      if (e.reason == runtime::FinishReason::kError) return fail(err, e.error);
+    for (const runtime::TokenEvent& e : timer.step(*engine.value())) {
+      if (e.reason == runtime::FinishReason::kError) error = e.error;
       if (e.finished) reason = e.reason;
       if (e.token < 0) continue;
-      if (tokens.empty()) first_token_s = seconds_since(start);
       tokens.push_back(e.token);
       if (e.reason == runtime::FinishReason::kStopToken) continue;  // the end mark: not shown
       const std::string piece = decoder.push(e.token);
@@ -239,28 +396,23 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, std::
   }
   const std::string rest = decoder.finish();
   text += rest;
-  const double seconds = seconds_since(start);
   if (options.json) {
-    const nlohmann::json doc = {{"prompt", options.prompt_text},
-                                {"prompt_ids", prompt},
-                                {"tokens", tokens},
-                                {"text", text},
-                                {"finish", runtime::finish_reason_name(reason)}};
-    std::fprintf(out, "%s\n", doc.dump().c_str());
+    nlohmann::json doc = timer.json();
+    doc["prompt"] = prompt_text;
+    doc["prompt_ids"] = prompt;
+    doc["tokens"] = tokens;
+    doc["text"] = text;
+    doc["finish"] = runtime::finish_reason_name(reason);
+    if (!error.empty()) doc["error"] = error;
+    std::fprintf(out, "%s\n",
+                 doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fprintf(out, "%s\n", rest.c_str());
   }
   std::fflush(out);  // the text ends before the speed line on a shared terminal
-  // Decode speed: the tokens after the first, over the time after the first (the first token's
-  // time is the prompt's prefill).
-  const double decode_s = seconds - first_token_s;
-  const double tokens_per_s =
-      tokens.size() > 1 && decode_s > 0 ? double(tokens.size() - 1) / decode_s : 0.0;
-  std::fprintf(err,
-               "%zu tokens in %.2f s (prompt: %zu tokens, first token after %.2f s): %.1f "
-               "tokens/s; stopped by %s\n",
-               tokens.size(), seconds, prompt.size(), first_token_s, tokens_per_s,
+  std::fprintf(err, "%s; stopped by %s\n", timer.line().c_str(),
                runtime::finish_reason_name(reason));
+  if (!error.empty()) return fail(err, str_cat("the generation failed: ", error));
   return 0;
 }
 #endif
@@ -284,25 +436,69 @@ std::string default_model_dir() {
                             : candidates.front().lexically_normal().string();
 }
 
-int run_generate(const GenerateOptions& options, std::FILE* out, std::FILE* err) {
+Status validate(const GenerateOptions& o) {
+  constexpr int64_t kMaxNewTokens = int64_t{1} << 24, kMaxBudgetMib = int64_t{1} << 30;
+  if (o.max_new_tokens && (*o.max_new_tokens < 1 || *o.max_new_tokens > kMaxNewTokens))
+    return invalid_argument("--max-new-tokens is ", *o.max_new_tokens,
+                            ", expected an integer in [1, ", kMaxNewTokens, "]");
+  if (o.temperature && !(*o.temperature >= 0.0f && *o.temperature <= 100.0f))
+    return invalid_argument("--temperature is ", *o.temperature, ", expected a number in [0, 100]");
+  if (o.top_k < 0 || o.top_k > INT32_MAX)
+    return invalid_argument("--top-k is ", o.top_k, ", expected an integer in [0, ", INT32_MAX,
+                            "] (0 = off)");
+  if (o.top_p && !(*o.top_p > 0.0f && *o.top_p <= 1.0f))
+    return invalid_argument("--top-p is ", *o.top_p, ", expected a number in (0, 1] (1 = off)");
+  if (o.budget_mib && (*o.budget_mib < 1 || *o.budget_mib > kMaxBudgetMib))
+    return invalid_argument("--budget-mib is ", *o.budget_mib, ", expected an integer in [1, ",
+                            kMaxBudgetMib, "]");
+  if (o.seed < 0)
+    return invalid_argument("--seed is ", o.seed, ", expected an integer in [0, ", INT64_MAX, "]");
+  if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
+    return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
+  return ok_status();
+}
+
+namespace {
+
+int generate(const GenerateOptions& options, std::FILE* out, std::FILE* err, std::FILE* in) {
+  if (const Status s = validate(options); !s.ok()) {
+    std::fprintf(err, "hyla generate: %s\n", s.message().c_str());
+    return 2;
+  }
   const bool ids_mode = !options.prompt_ids.empty();
   if (ids_mode && !options.prompt_text.empty())
     return fail(err, "give either a prompt text or --prompt-ids, not both");
   if (!ids_mode && options.prompt_text.empty())
-    return fail(err, "no prompt: give a text (hyla generate \"Once upon a time\") or --prompt-ids");
+    return fail(err,
+                "no prompt: give a text (hyla generate \"Once upon a time\", or - to read it from "
+                "stdin) or --prompt-ids");
   const bool is_default = options.model_dir.empty();
   const std::string model_dir = is_default ? default_model_dir() : options.model_dir;
   if (const Status s = check_model_dir(model_dir, is_default); !s.ok())
     return fail(err, s.message());
-  if (ids_mode) return run_ids(options, model_dir, out, err);
+  if (ids_mode) return run_ids(options, model_dir, out, err, in);
 #ifdef HYLA_WITH_PCRE2
-  return run_text(options, model_dir, out, err);
+  return run_text(options, model_dir, out, err, in);
 #else
   return fail(err,
               "this hyla was built without the tokenizer (CMake found no PCRE2 + ICU: install "
               "libpcre2-dev and libicu-dev, e.g. with tools/install_deps.sh, and rebuild), so it "
               "cannot take a text prompt; --prompt-ids still works");
 #endif
+}
+
+}  // namespace
+
+int run_generate(const GenerateOptions& options, std::FILE* out, std::FILE* err, std::FILE* in) {
+  // Errors travel as Status; this net turns anything still thrown below (the standard library,
+  // an allocation) into a message instead of a terminate.
+  try {
+    return generate(options, out, err, in);
+  } catch (const std::bad_alloc&) {
+    return fail(err, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(err, e.what());
+  }
 }
 
 }  // namespace hyla::cli

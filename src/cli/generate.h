@@ -3,7 +3,11 @@
 //                                                i.e. a build with PCRE2 + ICU, and
 //                                                DIR/tokenizer.json)
 //   hyla generate [--model DIR] --prompt-ids "1 2 3" [--prompt-ids ...]   ids in, ids out, batched
-// DIR defaults to the embedded demo model (models/hyla-demo, see default_model_dir).
+// DIR defaults to the embedded demo model (models/hyla-demo, see default_model_dir). A prompt "-"
+// (text or ids) is read from stdin. Each refused or failed request is reported on stderr and the
+// others run to the end (exit code 1 then). The memory budget is sized from the model and the
+// requests unless --budget-mib gives it. Speed: decode tokens over decode time (the steps that ran
+// no prompt tokens), in both modes; the prefill (prompt tokens, time to first token) apart.
 #pragma once
 
 #include <cstdint>
@@ -12,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace hyla::cli {
 
 struct GenerateOptions {
   std::string model_dir;                ///< empty: default_model_dir()
-  std::string prompt_text;              ///< text mode: the prompt (UTF-8)
+  std::string prompt_text;              ///< text mode: the prompt (UTF-8); "-": stdin
   std::vector<std::string> prompt_ids;  ///< ids mode: one prompt each, ids split by spaces/commas
+                                        ///< (or newlines); "-": one prompt from stdin
   std::string tokenizer_path;           ///< text mode; empty: <model_dir>/tokenizer.json
   /// Unset: 16 in ids mode, 128 in text mode.
   std::optional<int64_t> max_new_tokens;
@@ -26,11 +33,17 @@ struct GenerateOptions {
   int64_t top_k = 0;
   /// Unset: 1 (off) in ids mode, 0.95 in text mode.
   std::optional<float> top_p;
-  uint64_t seed = 0;
-  int64_t budget_mib = 256;  ///< state slots + KV pages
-  bool json = false;         ///< one JSON object instead of lines of ids / streamed text
-  bool ignore_eos = false;   ///< text mode: keep going past the end-of-text token
+  int64_t seed = 0;  ///< >= 0
+  /// State slots + KV pages. Unset: sized for every prompt at prompt + max_new_tokens at once
+  /// (runtime::size_engine_memory), at most 3/4 of the host's available memory.
+  std::optional<int64_t> budget_mib;
+  bool json = false;                ///< one JSON object instead of lines of ids / streamed text
+  bool ignore_eos = false;          ///< text mode: keep going past the end-of-text token
+  bool allow_long_context = false;  ///< run prompts longer than max_position_embeddings
 };
+
+/// Checks every numeric option's range; the message names the option, its value and the range.
+Status validate(const GenerateOptions& options);
 
 /// The embedded demo model's folder: $HYLA_DEMO_MODEL when set; else the first of
 /// <source dir>/models/hyla-demo (compiled in) and <executable dir>/../../models/hyla-demo that
@@ -38,8 +51,11 @@ struct GenerateOptions {
 std::string default_model_dir();
 
 /// Runs the command: results to `out` (text mode streams there, flushing after each token), the
-/// loading progress, memory plan, tokens/s and errors to `err`. Returns the process exit code (1 on
-/// a bad prompt, a missing model or tokenizer, a build without the tokenizer, a failed generation).
-int run_generate(const GenerateOptions& options, std::FILE* out = stdout, std::FILE* err = stderr);
+/// loading progress, memory plan, tokens/s and errors to `err`; a prompt "-" is read from `in`.
+/// Returns the process exit code: 2 on an option out of range, 1 on a bad prompt, a missing model
+/// or tokenizer, a build without the tokenizer, or any request refused or failed (the others
+/// still run to the end and print).
+int run_generate(const GenerateOptions& options, std::FILE* out = stdout, std::FILE* err = stderr,
+                 std::FILE* in = stdin);
 
 }  // namespace hyla::cli

@@ -113,7 +113,9 @@ void print_group(const LayerGroup& g, const model::Checkpoint* ckpt, const NameM
 
 }  // namespace
 
-int run_inspect(const std::string& path) {
+namespace {
+
+int inspect(const std::string& path) {
   Result<model::LoadedConfig> loaded = model::load_config(path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "hyla inspect: %s\n", loaded.status().message().c_str());
@@ -123,8 +125,10 @@ int run_inspect(const std::string& path) {
   // A folder with safetensors: also show the stored dtypes and check the tensors.
   std::optional<model::Checkpoint> ckpt;
   namespace fs = std::filesystem;
-  if (fs::is_directory(path) && (fs::exists(fs::path(path) / "model.safetensors") ||
-                                 fs::exists(fs::path(path) / "model.safetensors.index.json"))) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec) &&
+      (fs::exists(fs::path(path) / "model.safetensors", ec) ||
+       fs::exists(fs::path(path) / "model.safetensors.index.json", ec))) {
     Result<model::Checkpoint> opened = model::Checkpoint::open(path);
     if (!opened.ok()) {
       std::fprintf(stderr, "hyla inspect: %s\n", opened.status().message().c_str());
@@ -226,6 +230,19 @@ int run_inspect(const std::string& path) {
     return check.ok() ? 0 : 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int run_inspect(const std::string& path) {
+  // The loaders return errors as Status; this net turns anything they or the standard library
+  // still throw (std::filesystem on a name too long) into a message instead of a terminate.
+  try {
+    return inspect(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hyla inspect: %s: %s\n", path.c_str(), e.what());
+    return 1;
+  }
 }
 
 }  // namespace hyla::cli

@@ -61,14 +61,18 @@ int main(int argc, char** argv) {
                   "0 = greedy (default 0.8 for text, 0 for ids)")
       ->check(CLI::Range(0.0f, 100.0f));
   gen->add_option("--top-k", generate.top_k, "keep the k best tokens (0 = off)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}));
   gen->add_option("--top-p", generate.top_p,
                   "nucleus mass, 1 = off (default 0.95 for text, 1 for ids)")
       ->check(CLI::Range(0.0f, 1.0f));
-  gen->add_option("--seed", generate.seed, "seed of the sampling draws");
-  gen->add_option("--budget-mib", generate.budget_mib, "memory for state slots + KV pages")
+  gen->add_option("--seed", generate.seed, "seed of the sampling draws")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  gen->add_option("--budget-mib", generate.budget_mib,
+                  "memory for state slots + KV pages (default: sized for the prompts)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   gen->add_flag("--ignore-eos", generate.ignore_eos, "text: do not stop at the end-of-text token");
+  gen->add_flag("--allow-long-context", generate.allow_long_context,
+                "run prompts longer than the model's context limit (max_position_embeddings)");
   gen->add_flag("--json", generate.json,
                 "print one JSON object instead of lines of ids or streamed text");
   int threads = 0;
@@ -80,19 +84,25 @@ int main(int argc, char** argv) {
                 "print the CPU's vector units, the threads and the GEMM kernels to stderr first");
 
 #ifdef HYLA_WITH_PCRE2
-  std::string tokenizer_path;
+  std::string tokenizer_path, tokenizer_model;
   CLI::App* tok = app.add_subcommand(
       "tokenize", "UTF-8 text on stdin -> the token ids as one JSON array on stdout");
-  tok->add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json")->required();
+  tok->add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json");
+  tok->add_option("--model", tokenizer_model, "a model folder: its tokenizer.json");
   CLI::App* detok =
       app.add_subcommand("detokenize", "a JSON array of token ids on stdin -> the text on stdout");
-  detok->add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json")->required();
+  detok->add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json");
+  detok->add_option("--model", tokenizer_model, "a model folder: its tokenizer.json");
 #endif
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help / --version: 0; a usage error: 2, as is usual
+  }
 #ifdef HYLA_WITH_PCRE2
-  if (tok->parsed()) return hyla::cli::run_tokenize(tokenizer_path);
-  if (detok->parsed()) return hyla::cli::run_detokenize(tokenizer_path);
+  if (tok->parsed()) return hyla::cli::run_tokenize(tokenizer_path, tokenizer_model);
+  if (detok->parsed()) return hyla::cli::run_detokenize(tokenizer_path, tokenizer_model);
 #endif
   if (gen->parsed()) {
     if (threads > 0) hyla::set_num_threads(threads);

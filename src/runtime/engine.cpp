@@ -3,7 +3,10 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+
+#include "runtime/memory/host_memory.h"
 
 namespace hyla::runtime {
 
@@ -28,6 +31,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
                             " (prefill chunks end on multiples of ", kPrefillAlign, " tokens)");
   if (options.max_running < 1)
     return invalid_argument("Engine: max_running is ", options.max_running, ", expected >= 1");
+  if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_memory_plan());
   HYLA_RETURN_IF_ERROR(engine->init_state_pool());
@@ -35,8 +39,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
   engine->init_batch_memory();
   return engine;
 }
-
-namespace {
 
 MemoryPlanOptions memory_plan_options(const EngineOptions& options) {
   MemoryPlanOptions m;
@@ -48,11 +50,38 @@ MemoryPlanOptions memory_plan_options(const EngineOptions& options) {
   return m;
 }
 
-}  // namespace
+Result<MemorySizing> size_engine_memory(const model::ModelConfig& config,
+                                        const EngineOptions& options,
+                                        std::vector<int64_t> request_tokens) {
+  std::sort(request_tokens.begin(), request_tokens.end(), std::greater<>());
+  if (options.max_running >= 1 && int64_t(request_tokens.size()) > options.max_running)
+    request_tokens.resize(size_t(options.max_running));
+  return size_memory(config, request_tokens, memory_plan_options(options));
+}
 
 Status Engine::init_memory_plan() {
   HYLA_ASSIGN_OR_RETURN(plan_, plan_memory(model_.config(), options_.memory_budget_bytes,
                                            options_.state_ratio, memory_plan_options(options_)));
+  // What the pools and the step scratch will take, against what the host can give, before any
+  // of it is allocated (an allocation beyond it fails or swaps, late and without a reason).
+  const int64_t needed = plan_.scratch_bytes + plan_.state_bytes() + plan_.kv_bytes();
+  if (options_.host_memory_bytes > 0) {
+    if (needed > options_.host_memory_bytes)
+      return Status(
+          ErrorCode::kOutOfMemory,
+          str_cat("Engine: the memory plan needs ", format_bytes(needed), " (budget ",
+                  format_bytes(options_.memory_budget_bytes), "), more than the limit of ",
+                  format_bytes(options_.host_memory_bytes), " (host_memory_bytes)"));
+    return ok_status();
+  }
+  Result<HostMemory> host = host_memory();
+  if (host.ok() && needed > host->available_bytes)
+    return Status(ErrorCode::kOutOfMemory,
+                  str_cat("Engine: the memory plan needs ", format_bytes(needed), " (budget ",
+                          format_bytes(options_.memory_budget_bytes), "), but this machine has ",
+                          format_bytes(host->available_bytes), " available of ",
+                          format_bytes(host->total_bytes), " (", host->source,
+                          " MemAvailable / MemTotal); lower the memory budget"));
   return ok_status();
 }
 
@@ -105,6 +134,11 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParam
       return out_of_range("add_request: prompt token ", t, " is ", prompt[t], ", outside [0, ", V,
                           ") (the vocabulary)");
   HYLA_RETURN_IF_ERROR(validate(params, V));
+  if (options_.max_context > 0 && int64_t(prompt.size()) > options_.max_context &&
+      !options_.allow_long_context)
+    return out_of_range("add_request: the prompt is ", prompt.size(),
+                        " tokens, longer than the model's context limit of ", options_.max_context,
+                        " tokens (max_position_embeddings); allow_long_context runs it anyway");
   const bool has_linear = std::any_of(model_.config().mixers.begin(), model_.config().mixers.end(),
                                       [](model::MixerKind k) { return model::is_linear_mixer(k); });
   if (has_linear && !states_)
@@ -211,6 +245,27 @@ std::vector<Engine::Scheduled> Engine::schedule() {
   return scheduled;
 }
 
+namespace {
+
+/// "" when every logit is finite, else the first bad value and how many there are
+/// ("NaN at token 17 (3 of 512 logits not finite)").
+std::string non_finite(const float* row, int64_t V) {
+  int64_t count = 0, first = -1;
+  for (int64_t v = 0; v < V; ++v)
+    if (!std::isfinite(row[v])) {
+      if (first < 0) first = v;
+      ++count;
+    }
+  if (count == 0) return {};
+  const float value = row[first];
+  return str_cat(std::isnan(value) ? "NaN"
+                 : value > 0       ? "+inf"
+                                   : "-inf",
+                 " at token ", first, " (", count, " of ", V, " logits not finite)");
+}
+
+}  // namespace
+
 model::Batch Engine::build_batch(const std::vector<Scheduled>& scheduled) const {
   model::Batch batch;
   batch.cu_seqlens.push_back(0);
@@ -259,6 +314,13 @@ std::vector<TokenEvent> Engine::step() {
     if (!r.prompt_done()) continue;  // mid-prompt chunk: nothing to sample
 
     const float* row = logits->data<float>() + b * V;
+    if (const std::string bad = non_finite(row, V); !bad.empty()) {
+      release(r.id, FinishReason::kError, events,
+              str_cat("request ", r.id, ": the logits of step ", totals_.steps, " (its token ",
+                      r.generated.size() + 1, ", after ", r.processed, " tokens) hold ", bad,
+                      "; the request is ended, the others go on"));
+      continue;
+    }
     const int32_t token = r.sampler.sample(std::span<const float>(row, size_t(V)));
     r.generated.push_back(token);
     ++totals_.tokens_generated;

@@ -41,7 +41,25 @@ struct EngineOptions {
   DType state_dtype = DType::kF32;  ///< SSM state: f32 | bf16
   DType conv_dtype = DType::kBF16;  ///< conv state: f32 | bf16
   DType kv_dtype = DType::kF32;     ///< KV pages: f32 | bf16
+  /// The most the pools may take (state + KV + per-step scratch), checked by Engine::create
+  /// before it allocates; 0: the host's available memory (host_memory(), MemAvailable).
+  int64_t host_memory_bytes = 0;
+  /// Context limit in tokens; 0 = the model's (ModelConfig::max_context, from config.json's
+  /// max_position_embeddings; 0 there too = unknown). add_request refuses a longer prompt unless
+  /// allow_long_context.
+  int64_t max_context = 0;
+  bool allow_long_context = false;
 };
+
+/// The MemoryPlanOptions (dtypes, page size, scratch) that `options` implies.
+MemoryPlanOptions memory_plan_options(const EngineOptions& options);
+
+/// A memory budget and state ratio for `options` (see size_memory) under which every request of
+/// `request_tokens` (prompt + max_new_tokens each) can run at once, up to options.max_running of
+/// them (the longest); more wait for a free slot. Errors: those of size_memory.
+Result<MemorySizing> size_engine_memory(const model::ModelConfig& config,
+                                        const EngineOptions& options,
+                                        std::vector<int64_t> request_tokens);
 
 using RequestId = int64_t;
 
@@ -50,7 +68,8 @@ enum class FinishReason {
   kStopToken,  ///< generated one of SamplingParams::stop_token_ids (it is the last token)
   kMaxTokens,  ///< generated max_new_tokens
   kCancelled,  ///< Engine::cancel
-  kError,      ///< the step's forward failed; TokenEvent::error says why
+  kError,      ///< the step's forward failed, or the request's logits were not finite;
+               ///< TokenEvent::error says why
 };
 const char* finish_reason_name(FinishReason reason);
 
@@ -60,7 +79,7 @@ struct TokenEvent {
   int32_t token = -1;  ///< -1 when no token came with the event (cancel, error)
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
-  std::string error;  ///< reason == kError: the model's message
+  std::string error;  ///< reason == kError: what failed (names the request and the step)
 };
 
 struct EngineStats {
@@ -87,7 +106,8 @@ struct EngineStats {
 class Engine {
  public:
   /// Plans memory (plan_memory) and builds the pools; prints nothing. Errors: options out of
-  /// range, a budget that holds no slot or page.
+  /// range, a budget that holds no slot or page, a plan that needs more than the host's available
+  /// memory (or options.host_memory_bytes), checked before anything is allocated.
   static Result<std::unique_ptr<Engine>> create(const model::Model& model,
                                                 EngineOptions options = {});
 
@@ -95,13 +115,16 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
   /// Queues a request. Errors, at once and with nothing taken: an empty prompt, a token outside
-  /// the vocabulary, invalid sampling params, or a request that could never be admitted
-  /// (prompt + max_new_tokens needs more pages than the whole pool, or the plan has no slot).
+  /// the vocabulary, invalid sampling params, a prompt longer than options.max_context (unless
+  /// allow_long_context), or a request that could never be admitted (prompt + max_new_tokens
+  /// needs more pages than the whole pool, or the plan has no slot).
   Result<RequestId> add_request(std::vector<int32_t> prompt, SamplingParams params);
   /// Ends a waiting or running request now and frees its slot and pages; the next step() reports
   /// it (finished, kCancelled). Error: an unknown or already finished id.
   Status cancel(RequestId id);
-  /// Runs one batch step and returns its events (empty when idle).
+  /// Runs one batch step and returns its events (empty when idle). A request whose row of logits
+  /// holds NaN or inf ends with kError (naming the request, the step and the value); the others
+  /// in the batch go on.
   std::vector<TokenEvent> step();
   /// No request waiting or running, and no event pending.
   bool idle() const;

@@ -34,7 +34,8 @@ Status validate(const SamplingParams& params, int64_t vocab_size);
 ///
 /// Logits: -inf is a token with probability 0; NaN is treated as -inf (a NaN row is a model bug,
 /// and sample() cannot return a Status, so it degrades rather than aborts: NaN tokens are never
-/// picked); +inf tokens share all the probability equally. A row in which every logit is -inf or
+/// picked); +inf tokens share all the probability equally. Engine::step never gets here with such
+/// a row: it ends the request with an error first. A row in which every logit is -inf or
 /// NaN gives token 0, as greedy's lowest-id tie rule does.
 ///
 /// Top-k keeps exactly top_k tokens, breaking ties at the k-th value by lower id (HF keeps every

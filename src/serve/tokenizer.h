@@ -27,7 +27,14 @@ class Tokenizer {
   /// The same from the JSON text itself; `origin` names it in error messages.
   static Result<Tokenizer> from_json(std::string_view json_text, std::string_view origin);
 
-  /// Text (any bytes; invalid UTF-8 is replaced by U+FFFD) -> ids. Adds no BOS/EOS.
+  /// Text (any bytes; invalid UTF-8 is replaced by U+FFFD) -> ids. Adds no BOS/EOS. Long runs
+  /// (10 MB of one character) take time linear in their length. Errors: a pre-tokenizer regex
+  /// that PCRE2 cannot run to the end within its limits (only a pattern that backtracks
+  /// exponentially, e.g. a broken custom one; the message names the pattern's JSON path and the
+  /// PCRE2 error), memory, or more than 2 GiB of text between added tokens with NFC on.
+  Result<std::vector<int32_t>> try_encode(std::string_view text) const;
+  /// try_encode for text known to encode (tests, fixed strings): aborts with try_encode's message
+  /// where it fails. Input from users goes through try_encode.
   std::vector<int32_t> encode(std::string_view text) const;
   /// Ids -> text: the tokens' bytes concatenated, invalid UTF-8 replaced by U+FFFD. Ids out of
   /// range are skipped. decode(encode(x)) == NFC(x) for valid UTF-8 x.

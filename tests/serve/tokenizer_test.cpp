@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -198,6 +200,217 @@ TEST(Tokenizer, UnsupportedConstructsNameTheirPath) {
   }
   EXPECT_FALSE(Tokenizer::load("/nonexistent/tokenizer.json").ok());
   EXPECT_FALSE(Tokenizer::from_json("{not json", "bad").ok());
+}
+
+// ---- Robustness: long runs, PCRE2 limits, malformed JSON ----
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// 10 MB runs of one character: one pre-tokenizer piece each (digits: one per digit), which
+// PCRE2's default match limit used to refuse (10M spaces: Qwen's `\s*[\r\n]+` walks the run
+// before `\s+(?!\S)` matches it) and BPE must merge in time linear in the run.
+TEST(TokenizerRobustness, TenMillionCharacterRuns) {
+  const Tokenizer t = tiny();
+  constexpr size_t kRun = 10'000'000;
+  struct Case {
+    const char* name;
+    std::string unit;
+    std::vector<int32_t> unit_ids;  // the ids of two units (aa merges to 259)
+  };
+  const std::string e_acute = "\xc3\xa9", han = "\xe4\xb8\xad";  // U+00E9, U+4E2D
+  const Case cases[] = {
+      {"spaces", " ", {' ', ' '}},
+      {"letters", "a", {259}},
+      {"newlines", "\n", {'\n', '\n'}},
+      {"digits", "7", {'7', '7'}},
+      {"tabs", "\t", {'\t', '\t'}},
+      {"e-acute (2 bytes)", e_acute, {0xc3, 0xa9, 0xc3, 0xa9}},
+      {"han (3 bytes)", han, {0xe4, 0xb8, 0xad, 0xe4, 0xb8, 0xad}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::string text;
+    text.reserve(kRun * c.unit.size());
+    for (size_t i = 0; i < kRun; ++i) text += c.unit;
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::vector<int32_t>> ids = t.try_encode(text);
+    const double seconds = seconds_since(start);
+    ASSERT_TRUE(ids.ok()) << ids.status().message();
+    std::vector<int32_t> want;
+    want.reserve(ids->size());
+    for (size_t i = 0; i < kRun / 2; ++i)
+      want.insert(want.end(), c.unit_ids.begin(), c.unit_ids.end());
+    EXPECT_TRUE(ids.value() == want) << "got " << ids->size() << " ids, want " << want.size();
+    std::printf("[ timing   ] %s x %zu: %.2f s\n", c.name, kRun, seconds);
+    EXPECT_LT(seconds, 20.0) << "a run must encode in time linear in its length";
+  }
+}
+
+// A space run before a word: the run splits as HF's pattern does (all but the last space, then
+// " word"), and a run of spaces ending in newlines is one piece.
+TEST(TokenizerRobustness, LongRunsSplitLikeTheShortOnes) {
+  const Tokenizer t = tiny();
+  for (size_t n : {size_t{1}, size_t{300}, size_t{100'000}}) {
+    SCOPED_TRACE(n);
+    const std::string spaces(n, ' ');
+    std::vector<int32_t> want(n - 1, ' ');
+    want.push_back(261);  // "Ġw"
+    EXPECT_EQ(t.encode(spaces + "w"), want);
+    EXPECT_EQ(t.encode(spaces + "\n\n"), bytes_of(spaces + "\n\n"));
+  }
+}
+
+// The scalar twin of BPE: merge the lowest-rank, leftmost pair until none has a merge, O(n^2).
+std::vector<int32_t> naive_bpe(
+    std::vector<int32_t> ids,
+    const std::map<std::pair<int32_t, int32_t>, std::pair<int, int32_t>>& merges) {
+  while (true) {
+    int best_rank = INT32_MAX;
+    size_t best = 0;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) {
+      const auto it = merges.find({ids[i], ids[i + 1]});
+      if (it != merges.end() && it->second.first < best_rank) {
+        best_rank = it->second.first;
+        best = i;
+      }
+    }
+    if (best_rank == INT32_MAX) return ids;
+    ids[best] = merges.at({ids[best], ids[best + 1]}).second;
+    ids.erase(ids.begin() + long(best) + 1);
+  }
+}
+
+// Random merge lists over "abc" (some out of training order: a merge that uses a token made by a
+// later one), on words short (heap) and long (rank buckets): the same ids as the scalar twin.
+TEST(TokenizerRobustness, BpeMatchesTheScalarTwinOnRandomMerges) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    Json j = tiny_tokenizer_json();
+    Json vocab = Json::object();
+    for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+    std::vector<std::string> tokens = {"a", "b", "c"};
+    std::vector<std::pair<std::string, std::string>> merges;
+    for (int k = 0; k < 14; ++k) {
+      const std::string l = tokens[rng() % tokens.size()], r = tokens[rng() % tokens.size()];
+      if (l.size() + r.size() > 6 || vocab.contains(l + r)) continue;
+      vocab[l + r] = int32_t(vocab.size());
+      tokens.push_back(l + r);
+      merges.emplace_back(l, r);
+    }
+    std::shuffle(merges.begin(), merges.end(), rng);  // ranks out of training order too
+    Json merge_list = Json::array();
+    std::map<std::pair<int32_t, int32_t>, std::pair<int, int32_t>> by_pair;
+    for (size_t r = 0; r < merges.size(); ++r) {
+      merge_list.push_back(merges[r].first + " " + merges[r].second);
+      by_pair.emplace(
+          std::make_pair(vocab[merges[r].first].get<int32_t>(),
+                         vocab[merges[r].second].get<int32_t>()),
+          std::make_pair(int(r), vocab[merges[r].first + merges[r].second].get<int32_t>()));
+    }
+    j["model"]["vocab"] = vocab;
+    j["model"]["merges"] = merge_list;
+    j["added_tokens"] = Json::array();
+    Result<Tokenizer> t = Tokenizer::from_json(j.dump(), "random merges");
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    for (size_t length : {size_t{7}, size_t{40}, size_t{255}, size_t{256}, size_t{3000}}) {
+      std::string word;
+      for (size_t i = 0; i < length; ++i) word += char('a' + rng() % 3);
+      EXPECT_EQ(t->encode(word), naive_bpe(bytes_of(word), by_pair)) << word.substr(0, 60);
+    }
+  }
+}
+
+// A custom pattern that backtracks exponentially stops at PCRE2's match limit with an error that
+// names the pattern; it never aborts.
+TEST(TokenizerRobustness, RegexLimitsAreErrors) {
+  Json j = tiny_tokenizer_json();
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|aa)+$";
+  Result<Tokenizer> t = Tokenizer::from_json(j.dump(), "backtracking");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const Result<std::vector<int32_t>> ids = t->try_encode(std::string(200, 'a') + "b");
+  EXPECT_FALSE(ids.ok());
+  for (const char* part : {"pre_tokenizer.pretokenizers[0].pattern", "PCRE2 error", "match limit",
+                           "failed at byte 0 of a 201-byte piece"})
+    EXPECT_NE(ids.status().message().find(part), std::string::npos)
+        << part << " not in: " << ids.status().message();
+  // The same tokenizer on text the pattern handles quickly.
+  EXPECT_TRUE(t->try_encode("hello").ok());
+}
+
+// Patterns that match the empty string (anywhere, at the end, as a lookahead) split nothing off:
+// the text is one piece, and the scan steps over characters without reading past the end.
+TEST(TokenizerRobustness, EmptyMatchesSplitNothing) {
+  for (const char* regex : {"x*", "$", "(?=b)", "\\b"}) {
+    SCOPED_TRACE(regex);
+    Json j = tiny_tokenizer_json();
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex;
+    Result<Tokenizer> t = Tokenizer::from_json(j.dump(), "empty");
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    // "hello" merges across the whole piece; "\xe4\xb8\xad" is stepped over as one character.
+    EXPECT_EQ(t->encode("hello\xe4\xb8\xad"), (std::vector<int32_t>{258, 'o', 0xe4, 0xb8, 0xad}));
+  }
+}
+
+// Malformed tokenizer.json: wrong types and ids beyond the table give errors naming the field.
+TEST(TokenizerRobustness, MalformedFieldsNameTheirPath) {
+  struct Case {
+    const char* name;
+    std::function<void(Json&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"dropout string", [](Json& j) { j["model"]["dropout"] = "x"; },
+       "model.dropout: BPE dropout is not supported (got \"x\")"},
+      {"byte_fallback string", [](Json& j) { j["model"]["byte_fallback"] = "yes"; },
+       "model.byte_fallback: expected true or false, got \"yes\""},
+      {"model type number", [](Json& j) { j["model"]["type"] = 3; },
+       "model.type: expected a string, got 3"},
+      {"huge vocab id", [](Json& j) { j["model"]["vocab"]["zz"] = 2147483647; },
+       "model.vocab[\"zz\"]: expected an id in [0, "},
+      {"negative added id", [](Json& j) { j["added_tokens"][0]["id"] = -1; },
+       "added_tokens[0].id: expected an id in [0, "},
+      {"huge added id", [](Json& j) { j["added_tokens"][1]["id"] = 4000000000LL; },
+       "added_tokens[1].id: expected an id in [0, "},
+      {"lstrip string", [](Json& j) { j["added_tokens"][0]["lstrip"] = "no"; },
+       "added_tokens[0].lstrip: expected true or false"},
+      {"invert number", [](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = 1; },
+       "pre_tokenizer.pretokenizers[0].invert: expected true or false, got 1"},
+      {"behavior number", [](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 2; },
+       "pre_tokenizer.pretokenizers[0].behavior: expected a string, got 2"},
+      {"regex number",
+       [](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = 5; },
+       "pre_tokenizer.pretokenizers[0].pattern: expected {\"Regex\": \"...\"}"},
+      {"bad regex",
+       [](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a"; },
+       "pre_tokenizer.pretokenizers[0].pattern: regex does not compile at offset 2"},
+      {"use_regex string",
+       [](Json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "false"; },
+       "pre_tokenizer.pretokenizers[1].use_regex: expected true or false"},
+      {"merge of numbers",
+       [](Json& j) {
+         j["model"]["merges"][0] = Json::array({1, 2});
+       },
+       "model.merges[0]: expected \"a b\" or [\"a\", \"b\"]"},
+      {"deep sequence",
+       [](Json& j) {
+         Json n = {{"type", "NFC"}};
+         for (int d = 0; d < 20; ++d) n = {{"type", "Sequence"}, {"normalizers", Json::array({n})}};
+         j["normalizer"] = n;
+       },
+       "Sequences nested more than 8 deep"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Json j = tiny_tokenizer_json();
+    c.edit(j);
+    Result<Tokenizer> t = Tokenizer::from_json(j.dump(), "tiny");
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find(c.message), std::string::npos) << t.status().message();
+    EXPECT_EQ(t.status().message().rfind("tokenizer tiny: ", 0), 0u) << t.status().message();
+  }
 }
 
 // Feeds ids one at a time: every chunk is valid UTF-8 and the chunks add up to decode(ids).

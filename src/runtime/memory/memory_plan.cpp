@@ -130,3 +130,58 @@ Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_
 }
 
 }  // namespace hyla::runtime
+
+namespace hyla::runtime {
+
+Result<MemorySizing> size_memory(const model::ModelConfig& config,
+                                 std::span<const int64_t> request_tokens,
+                                 const MemoryPlanOptions& options) {
+  if (request_tokens.empty()) return invalid_argument("size_memory: no request");
+  if (options.kv.page_size < 1)
+    return invalid_argument("size_memory: page_size is ", options.kv.page_size, ", expected >= 1");
+  const bool has_linear = std::any_of(config.mixers.begin(), config.mixers.end(),
+                                      [](model::MixerKind k) { return model::is_linear_mixer(k); });
+  const bool has_attention = std::any_of(config.mixers.begin(), config.mixers.end(),
+                                         [](auto k) { return !model::is_linear_mixer(k); });
+  if (!has_linear && !has_attention)
+    return invalid_argument("size_memory: ", config.model_type, " has no layers");
+  // Sums in double (exact below 2^53), checked against int64 before any conversion.
+  constexpr double kMaxBytes = 0.5 * double(std::numeric_limits<int64_t>::max());
+  double pages = 0;
+  for (size_t i = 0; i < request_tokens.size(); ++i) {
+    if (request_tokens[i] < 1)
+      return invalid_argument("size_memory: request ", i, " has ", request_tokens[i],
+                              " tokens, expected >= 1");
+    pages += std::ceil(double(request_tokens[i]) / double(options.kv.page_size));
+  }
+  const double slot = has_linear ? double(StatePool::bytes_per_slot(config, options.state)) : 0;
+  const double page = has_attention ? double(KvPagePool::bytes_per_token(config, options.kv)) *
+                                          double(options.kv.page_size)
+                                    : 0;
+  const double scratch = double(model::attn_res_scratch_bytes_per_token(config)) *
+                         double(std::max<int64_t>(options.max_batch_tokens, 1));
+  const double slack =
+      0.25 * (has_linear && has_attention ? std::min(slot, page) : std::max(slot, page));
+  const double state_share = has_linear ? slot * double(request_tokens.size()) + slack : 0;
+  const double kv_share = has_attention ? page * pages + slack : 0;
+  const double budget = std::ceil(scratch + state_share + kv_share);
+  if (!(budget < kMaxBytes))
+    return Status(ErrorCode::kOutOfMemory,
+                  str_cat("size_memory: ", request_tokens.size(), " requests of ", pages,
+                          " KV pages in all need more than ", format_bytes(int64_t(kMaxBytes))));
+  MemorySizing sizing;
+  sizing.budget_bytes = int64_t(budget);
+  sizing.state_ratio = has_linear && has_attention ? state_share / kv_share : 0.9;
+  HYLA_ASSIGN_OR_RETURN(const MemoryPlan plan,
+                        plan_memory(config, sizing.budget_bytes, sizing.state_ratio, options));
+  sizing.state_slots = plan.state_slots;
+  sizing.kv_pages = plan.kv_pages;
+  if ((has_linear && plan.state_slots < int64_t(request_tokens.size())) ||
+      (has_attention && double(plan.kv_pages) < pages))
+    return internal_error("size_memory: the plan of ", format_bytes(sizing.budget_bytes), " holds ",
+                          plan.state_slots, " slots and ", plan.kv_pages, " pages, fewer than the ",
+                          request_tokens.size(), " and ", pages, " it was sized for");
+  return sizing;
+}
+
+}  // namespace hyla::runtime

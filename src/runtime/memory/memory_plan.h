@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 
 #include "core/error.h"
@@ -66,6 +67,23 @@ struct MemoryPlan {
 /// state slot: one slot needs 12.3 MiB ...").
 Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_bytes,
                                double state_ratio = 0.9, const MemoryPlanOptions& options = {});
+
+/// A budget and state ratio for plan_memory (see size_memory).
+struct MemorySizing {
+  int64_t budget_bytes = 0;
+  double state_ratio = 0.9;
+  int64_t state_slots = 0;  ///< what the plan then holds at least
+  int64_t kv_pages = 0;
+};
+
+/// The budget and state ratio under which plan_memory holds every request of `request_tokens`
+/// (prompt + max_new_tokens of each) running at once: a state slot each, the KV pages of each
+/// one's tokens, and the per-step scratch; with a quarter slot or page of slack on each side, so
+/// that neither share rounds down below its count. Errors: no request, a count < 1, or a total
+/// beyond int64 bytes.
+Result<MemorySizing> size_memory(const model::ModelConfig& config,
+                                 std::span<const int64_t> request_tokens,
+                                 const MemoryPlanOptions& options = {});
 
 /// "512 B", "1.5 KiB", "12.3 MiB", "80.0 GiB": one decimal, binary units.
 std::string format_bytes(int64_t bytes);
