@@ -45,6 +45,8 @@ void cpu_relax() {
 /// sleep at once. Bounded, so that idle workers give the cores back to other programs.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
+using Clock = std::chrono::steady_clock;
+
 int env_threads() {
   for (const char* name : {"HYLA_NUM_THREADS", "OMP_NUM_THREADS"}) {
     const char* v = std::getenv(name);
@@ -84,6 +86,8 @@ class Pool {
     if (in_region_ || threads_ == 1 || n > int64_t{0x7fffffff}) return run_inline(n, fn, ctx);
     std::unique_lock<std::mutex> lock(region_mutex_, std::try_to_lock);
     if (!lock.owns_lock()) return run_inline(n, fn, ctx);
+    const Clock::time_point start = Clock::now();
+    if (start < alone_until_) return run_inline(n, fn, ctx);
 
     fn_ = fn;
     ctx_ = ctx;
@@ -101,6 +105,7 @@ class Pool {
     if (mine < n) {
       // Items still running on workers: short, so spin; yield now and then in case one of them
       // waits for this core.
+      const Clock::time_point own_done = Clock::now();
       for (int spins = 0; done_.load(std::memory_order_acquire) + mine < n; ++spins) {
         if ((spins & 255) == 255) {
           std::this_thread::yield();
@@ -108,11 +113,26 @@ class Pool {
           cpu_relax();
         }
       }
+      note_wait(start, own_done, Clock::now());
     }
     in_region_ = false;
   }
 
  private:
+  /// A region whose caller, done with its own items, then waited for a worker's item longer than
+  /// it had worked itself (and more than kStragglerWait) had a worker the OS took off its core.
+  /// The next regions run on the caller alone for a while: one thread on a core of its own beats
+  /// two that wait for each other. The time alone starts at kAloneFirst (a quiet VM sees such a
+  /// wait every ~100 ms from the hypervisor) and doubles, up to kAloneMost, while stragglers
+  /// come back within kSoonAgain of each try (another program keeps a core busy).
+  void note_wait(Clock::time_point start, Clock::time_point own_done, Clock::time_point end) {
+    const auto waited = end - own_done;
+    if (waited <= kStragglerWait || waited <= own_done - start) return;
+    const bool soon_again = end - alone_until_ < kSoonAgain;
+    alone_for_ = soon_again ? std::min<Clock::duration>(alone_for_ * 2, kAloneMost) : kAloneFirst;
+    alone_until_ = end + alone_for_;
+  }
+
   static void run_inline(int64_t n, void (*fn)(void*, int64_t), void* ctx) {
     for (int64_t i = 0; i < n; ++i) fn(ctx, i);
   }
@@ -181,8 +201,16 @@ class Pool {
     workers_.clear();
   }
 
+  static constexpr std::chrono::microseconds kStragglerWait{200};
+  static constexpr std::chrono::milliseconds kAloneFirst{2};
+  static constexpr std::chrono::milliseconds kAloneMost{320};
+  static constexpr std::chrono::milliseconds kSoonAgain{20};
+
   int threads_ = 0;
   std::vector<std::thread> workers_;
+  // straggler backoff (note_wait); touched only under region_mutex_
+  Clock::time_point alone_until_{};
+  Clock::duration alone_for_ = kAloneFirst;
   std::mutex region_mutex_;
   std::atomic<uint64_t> claim_{0};
   int64_t n_ = 0;
