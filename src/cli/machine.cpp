@@ -10,6 +10,10 @@
 #include <memory>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "core/parallel.h"
 #include "model/architecture.h"
 #include "runtime/engine.h"
@@ -34,6 +38,19 @@ constexpr int kLanes = 4;
 #endif
 typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
 
+/// a * b + c as one FMA instruction where the build has one (C++ does not contract by itself).
+Vec fma(Vec a, Vec b, Vec c) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<Vec>(_mm512_fmadd_ps(
+      reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b), reinterpret_cast<__m512>(c)));
+#elif defined(__FMA__)
+  return reinterpret_cast<Vec>(_mm256_fmadd_ps(
+      reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(c)));
+#else
+  return a * b + c;
+#endif
+}
+
 /// `iterations` x 12 independent vector FMAs (enough chains to cover the FMA latency of every
 /// current x86 core); returns a value that depends on all of them.
 float fma_chains(int64_t iterations, float seed) {
@@ -46,31 +63,36 @@ float fma_chains(int64_t iterations, float seed) {
   }
   for (int c = 0; c < kChains; ++c)
     for (int l = 0; l < kLanes; ++l) acc[c][l] = seed + float(c);
-  for (int64_t i = 0; i < iterations; ++i) {
-    for (int c = 0; c < kChains; ++c) acc[c] = acc[c] * mul + add;
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[6]));  // keep the loop from being folded
-  }
+  __asm__ volatile("" : "+v"(mul), "+v"(add));  // values the compiler cannot know
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kChains; ++c) acc[c] = fma(acc[c], mul, add);
   float sum = 0;
   for (int c = 0; c < kChains; ++c)
     for (int l = 0; l < kLanes; ++l) sum += acc[c][l];
   return sum;
 }
 
-/// Runs work(thread) once on each of num_threads() threads at the same time; returns seconds.
+/// Runs work(thread) once on each of num_threads() threads, started together after a barrier;
+/// returns the seconds from the first thread's start to the last one's end (the barrier and the
+/// workers' wake-up are not counted).
 template <typename Work>
 double on_every_thread(Work&& work) {
   const int threads = num_threads();
   std::atomic<int> arrived{0};
-  const Clock::time_point t0 = Clock::now();
+  std::vector<Clock::time_point> begin(static_cast<size_t>(threads)),
+      end(static_cast<size_t>(threads));
   parallel_for(threads, [&](int64_t t) {
-    // start together, so that the figure is every thread's at once
     arrived.fetch_add(1);
     const Clock::time_point wait_start = Clock::now();
     while (arrived.load() < threads && seconds_since(wait_start) < 0.05) {
     }
+    begin[size_t(t)] = Clock::now();
     work(t);
+    end[size_t(t)] = Clock::now();
   });
-  return seconds_since(t0);
+  return std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) -
+                                       *std::min_element(begin.begin(), begin.end()))
+      .count();
 }
 
 }  // namespace
@@ -106,7 +128,7 @@ MachineFigures measure_machine(int64_t read_bytes) {
   }
   f.sgemm_gflops = double(threads) * kCalls * 2.0 * kM * kN * kK / best / 1e9;
 
-  // Read bandwidth: each thread sums its slice of one buffer of read_bytes, best of 5 passes
+  // Read bandwidth: each thread sums its slice of one buffer of read_bytes, best of 20 passes
   // (the first pass also warms the caches the buffer fits in, as a decode step's weights are).
   f.read_bytes = read_bytes;
   const int64_t floats = std::max<int64_t>(read_bytes / 4, threads * 1024);

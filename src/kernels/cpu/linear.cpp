@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>  // _mm256_cvtph_ps: 8 halves to floats in one instruction
+#if defined(__x86_64__)
+#include <immintrin.h>  // _mm256_cvtph_ps (F16C), FMA
 #endif
 
 #include "core/parallel.h"
@@ -112,6 +112,27 @@ inline F32x16 load16(const bf16* p) {
   return v;
 }
 
+/// a * b + c in one rounding (C++ does not contract a * b + c into an FMA by itself).
+inline F32x16 fma16(F32x16 a, F32x16 b, F32x16 c) {
+#if defined(__AVX512F__)
+  return reinterpret_cast<F32x16>(_mm512_fmadd_ps(
+      reinterpret_cast<__m512>(a), reinterpret_cast<__m512>(b), reinterpret_cast<__m512>(c)));
+#elif defined(__FMA__)
+  __m256 ah, bh, ch, out[2];
+  for (int h = 0; h < 2; ++h) {
+    std::memcpy(&ah, reinterpret_cast<const float*>(&a) + 8 * h, sizeof(ah));
+    std::memcpy(&bh, reinterpret_cast<const float*>(&b) + 8 * h, sizeof(bh));
+    std::memcpy(&ch, reinterpret_cast<const float*>(&c) + 8 * h, sizeof(ch));
+    out[h] = _mm256_fmadd_ps(ah, bh, ch);
+  }
+  F32x16 r;
+  std::memcpy(&r, out, sizeof(r));
+  return r;
+#else
+  return a * b + c;
+#endif
+}
+
 inline float load1(const float* p) { return *p; }
 inline float load1(const bf16* p) { return bf16_to_f32(*p); }
 
@@ -136,7 +157,7 @@ void dot_rows(const LinearParams& p, const TW* w, int64_t n0, int64_t rows) {
       F32x16 acc[4] = {};
       for (int64_t k = 0; k < K16; k += 16) {
         const F32x16 xv = load16(x + k);
-        for (int i = 0; i < 4; ++i) acc[i] += load16(wr[i] + k) * xv;
+        for (int i = 0; i < 4; ++i) acc[i] = fma16(load16(wr[i] + k), xv, acc[i]);
       }
       float* y = static_cast<float*>(p.y.raw()) + t * p.y.stride(0) + n0 + r;
       for (int64_t i = 0; i < nr; ++i) {
