@@ -7,7 +7,9 @@
 // item has finished, so the region's function and context outlive every use.
 #include "core/parallel.h"
 
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -87,7 +89,8 @@ class Pool {
     std::unique_lock<std::mutex> lock(region_mutex_, std::try_to_lock);
     if (!lock.owns_lock()) return run_inline(n, fn, ctx);
     const Clock::time_point start = Clock::now();
-    if (start < alone_until_) return run_inline(n, fn, ctx);
+    if (start >= next_census_) take_census(start);
+    if (start < alone_until_ || cores_taken_) return run_inline(n, fn, ctx);
 
     fn_ = fn;
     ctx_ = ctx;
@@ -131,6 +134,40 @@ class Pool {
     const bool soon_again = end - alone_until_ < kSoonAgain;
     alone_for_ = soon_again ? std::min<Clock::duration>(alone_for_ * 2, kAloneMost) : kAloneFirst;
     alone_until_ = end + alone_for_;
+  }
+
+  /// Every kCensusEvery: are other programs' threads running, so that this pool's threads would
+  /// share cores with them? Then regions run on the caller alone (the workers go to sleep, and
+  /// the caller gets a core of its own) until a census finds the cores free again. The count is
+  /// the kernel's number of running threads (/proc/loadavg), less this pool's own: the caller,
+  /// and the workers, which spin between regions unless the pool runs alone.
+  void take_census(Clock::time_point now) {
+    next_census_ = now + kCensusEvery;
+    const int running = running_threads();
+    if (running < 0) return;
+    const int ours = cores_taken_ || now < alone_until_ ? 1 : threads_;
+    const int others = std::max(0, running - ours);
+    cores_taken_ = others > 0 && others + threads_ > available_cores();
+  }
+
+  /// Threads running or runnable now, machine-wide (/proc/loadavg's fourth field, "running/total");
+  /// -1 when it cannot be read.
+  static int running_threads() {
+    const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char text[128];
+    const ssize_t got = ::read(fd, text, sizeof(text) - 1);
+    ::close(fd);
+    if (got <= 0) return -1;
+    text[got] = '\0';
+    const char* p = text;
+    for (int field = 0; field < 3; ++field) {  // skip the three load averages
+      while (*p != '\0' && *p != ' ') ++p;
+      while (*p == ' ') ++p;
+    }
+    char* end = nullptr;
+    const long running = std::strtol(p, &end, 10);
+    return end != p && *end == '/' ? static_cast<int>(running) : -1;
   }
 
   static void run_inline(int64_t n, void (*fn)(void*, int64_t), void* ctx) {
@@ -205,11 +242,15 @@ class Pool {
   static constexpr std::chrono::milliseconds kAloneFirst{2};
   static constexpr std::chrono::milliseconds kAloneMost{320};
   static constexpr std::chrono::milliseconds kSoonAgain{20};
+  static constexpr std::chrono::milliseconds kCensusEvery{50};
 
   int threads_ = 0;
   std::vector<std::thread> workers_;
   // straggler backoff (note_wait); touched only under region_mutex_
   Clock::time_point alone_until_{};
+  // census of the cores (take_census); touched only under region_mutex_
+  Clock::time_point next_census_{};
+  bool cores_taken_ = false;
   Clock::duration alone_for_ = kAloneFirst;
   std::mutex region_mutex_;
   std::atomic<uint64_t> claim_{0};
@@ -245,12 +286,14 @@ void set_num_threads(int n) { pool().resize(n); }
 std::string threading_summary() {
   const char* core = openblas_get_corename();
   const char* replaced = std::getenv("HYLA_BLAS_REPLACED");
-  return str_cat(
-      num_threads(), " threads (", available_cores(), " cores available; idle workers spin ",
-      kSpinBeforeSleep.count(),
-      " us, then sleep); OpenBLAS kernels: ", core != nullptr ? core : "unknown",
-      replaced != nullptr ? str_cat(" (chosen from CPUID instead of ", replaced, ")") : "",
-      ", single-threaded inside tasks");
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  return str_cat(num_threads(), " threads (", available_cores(),
+                 " cores available; idle workers spin ", kSpinBeforeSleep.count(),
+                 " us, then sleep); OpenBLAS kernels: ", core != nullptr ? core : "unknown",
+                 replaced != nullptr   ? str_cat(" (chosen from CPUID instead of ", replaced, ")")
+                 : coretype != nullptr ? str_cat(" (OPENBLAS_CORETYPE=", coretype, " as set)")
+                                       : "",
+                 ", single-threaded inside tasks");
 }
 
 namespace detail {
