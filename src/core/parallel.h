@@ -8,7 +8,10 @@
 // - workers spin briefly between regions (a decode step's regions come every few microseconds),
 //   then sleep, so idle workers leave the cores to others;
 // - n <= 1 runs inline, and the pool never starts more workers than there are cores this process
-//   may run on (sched_getaffinity).
+//   may run on (sched_getaffinity);
+// - when the cores are not free (a worker was descheduled mid-region, or other programs' threads
+//   are running), regions run on the caller alone for a while (parallel.cpp: note_wait,
+//   take_census).
 // OpenBLAS runs single-threaded (set when the pool starts): GEMMs are split into tasks here.
 #pragma once
 
