@@ -125,10 +125,8 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
 
 /// The tilings compiled: {rows per block, warps per block}, smallest blocks first, then fewer
 /// warps; {32, 8, bulk} is decode_bulk_kernel (T = 1 only, no cluster); then the warp kernel's
-/// (T = 1 only; gated_delta_rule_decode_warp.cu). (Capping registers so
-/// that 32 warps fit per SM at large batch spills 84-180 bytes per thread at d_k = 128; holding
-/// all 4 row groups of a 16-row warp in flight measured 1-15% slower than 2 at every batch: not
-/// compiled.)
+/// (T = 1 only; gated_delta_rule_decode_warp.cu). Tilings and variants measured slower are not
+/// compiled (docs/perf.md).
 constexpr DecodeKernel kWarpKernel = DecodeKernel::kWarp;
 constexpr DecodeTiling kTilings[] = {{8, 4},
                                      {8, 8},
@@ -177,13 +175,11 @@ bool warp_kernel_aligned(const GatedDeltaRuleDecodeParams& p) {
          aligned(p.dt_bias) && aligned(p.state_pool) && aligned(p.step_states);
 }
 
-/// StepArgs::trigger of an overlapped step of `units` (sequence, key head) units. Measured on the
-/// H200 (docs/perf.md 2026-11-30, every tiling with --overlap at B = 1 and 8): below 128 units
-/// after the block's own griddepcontrol.wait (B=1, 32 rows / 8 warps: GDN 3.99 -> 3.20 us, KDA
-/// 4.34 -> 3.20; letting the next step launch at once lets it queue its state loads ahead of this
-/// step's input loads), else at the start (B=8: GDN 11.53 against 11.57, KDA 11.84 against
-/// 12.22). Triggering only at exit: 4.9-5.4 us at B=1. HYLA_DECODE_TRIGGER=start|wait|exit
-/// overrides it (a diagnostic).
+/// StepArgs::trigger of an overlapped step of `units` (sequence, key head) units, the fastest
+/// measured on the H200 (docs/perf.md, every tiling with --overlap at B = 1 and 8): below 128
+/// units after the block's own griddepcontrol.wait (launching the next step at once would let it
+/// queue its state loads ahead of this step's input loads), else at the start.
+/// HYLA_DECODE_TRIGGER=start|wait|exit overrides it (a diagnostic).
 int decode_trigger(int64_t units) {
   static const int forced = [] {
     const char* env = std::getenv("HYLA_DECODE_TRIGGER");
@@ -243,37 +239,31 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
                                    bool overlap, bool warp_kernel_ok, bool counted,
                                    bool workspace_ok) {
   const int64_t units = B * H;
+  // Each rule below is the fastest tiling measured on the H200 for its case (GDN H16/HV32 and KDA
+  // H32, sweeps of every tiling; the figures are in docs/perf.md).
   // With a workspace (GatedDeltaRuleDecodeParams::workspace), one token, from 1024 units: the
-  // split kernels, 8 rows per 1-warp block (GDN B=64 / 256 / 1024: 72.2 / 274.6 / 1081.6 us
-  // against R256w8c1's 76.3 / 285.8 / 1120.2; KDA 76.4 / 287.1 / 1123.8 against R128w4c1's 79.6
-  // / 293.2 / 1143.2; S8w4 0.3-1.6% slower (KDA B=64 0.4% faster), S8w2 1-3% slower; docs/perf.md
-  // 2026-11-30, seventh session).
+  // split kernels, 8 rows per 1-warp block.
   if (workspace_ok && T == 1 && units >= 1024) {
     const DecodeTiling split{8, 1, DecodeKernel::kSplit};
     if (decode_cluster_size(split, group, d_v) == 1) return split;
   }
   // With arrival counters (GatedDeltaRuleDecodeParams::arrivals; the block tilings then need no
-  // cluster), without overlap, below 128 units, T = 1: the block kernel, 16 rows / 16 warps (B=1:
-  // GDN 4.55 us against the warp kernel's 4.73, KDA 4.76 against 4.86; docs/perf.md 2026-11-30,
-  // fifth session). Overlapped, the counters do not change the choice below.
+  // cluster), without overlap, below 128 units, T = 1: the block kernel, 16 rows / 16 warps.
+  // Overlapped, the counters do not change the choice below.
   if (counted && !overlap && T == 1 && units < 128) {
     const DecodeTiling t{16, 16};
     if (decode_cluster_size(t, group, d_v) >= 2) return t;
   }
-  // The same, 128 to 256 units: the block kernel, 32 rows / 8 warps (B=8: GDN 12.59 us against
-  // bulk's 13.81, KDA 13.32 against 13.57; the next best GDN W16w2 13.08, KDA bulk; docs/perf.md
-  // 2026-11-30, seventh session).
+  // The same, 128 to 256 units: the block kernel, 32 rows / 8 warps.
   if (counted && !overlap && T == 1 && units >= 128 && units <= 256) {
     const DecodeTiling t{32, 8};
     if (decode_cluster_size(t, group, d_v) >= 2) return t;
   }
-  // Overlapped steps (overlap_previous; docs/perf.md 2026-11-30, every tiling with --overlap, the
-  // dependent launched after the wait below 128 units: decode_trigger):
-  //  - below 128 units: the block kernel, 32 rows / 8 warps (B=1: GDN 3.20 us, KDA 3.20; the
-  //    warp kernel's best GDN 3.33, KDA 3.20; 16 rows / 4 warps 3.67 / 3.86);
-  //  - 128 to 256 units (measured at B=8): 64 rows, 4 warps (GDN 11.53 us, KDA 11.84; bulk, which
-  //    does not overlap, 14.4 / 14.0; the best warp tiling 14.3 / 14.3);
-  //  - above: as without overlap (B >= 64: no gain measured).
+  // Overlapped steps (overlap_previous; the dependent launched after the wait below 128 units:
+  // decode_trigger):
+  //  - below 128 units: the block kernel, 32 rows / 8 warps;
+  //  - 128 to 256 units (measured at B=8): 64 rows, 4 warps (bulk does not overlap);
+  //  - above: as without overlap (no gain measured from B = 64).
   if (overlap && T == 1) {
     for (const DecodeTiling t : kTilings) {
       const int cluster = decode_cluster_size(t, group, d_v);
@@ -283,8 +273,7 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
     }
   }
   // Without overlap, below 128 units and T = 1: the warp kernel, 16 rows per block, 4 warps of 4
-  // rows when the key head takes a cluster of 16, else 2 warps of 8 (B=1: GDN 4.71 us against the
-  // block kernel's best 5.03, KDA 4.87 against 5.07; docs/perf.md 2026-11-30).
+  // rows when the key head takes a cluster of 16, else 2 warps of 8.
   if (!overlap && T == 1 && units < 128 && warp_kernel_ok) {
     for (const DecodeTiling t : kTilings) {
       const int cluster = decode_cluster_size(t, group, d_v);
@@ -292,14 +281,12 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
       if (t.warps == (cluster == 16 ? 4 : 2)) return t;
     }
   }
-  // Measured on the H200 (docs/perf.md, sweeps of every tiling, GDN H16/HV32 and KDA H32):
+  // Otherwise:
   //  - below 128 (sequence, key head) units, when the warp kernel cannot run (or T > 1): 8 warps,
-  //  the key head cut into a cluster of (up to) 8
-  //    blocks (B=1: GDN 32 rows 5.50 us, KDA 16 rows 5.43 us; 4 warps 6.0-6.3, 16 warps 9.3);
-  //  - 128 to 1023 units: the bulk-copy kernel (B=8: GDN 14.24 us, KDA 13.96 us; next best
-  //    14.33 / 14.48), which takes T = 1 only (verify: as from 1024 units);
-  //  - from 1024 units: whole key heads per block (no cluster), the most warps (B=64: KDA 81.3 us
-  //    against bulk 83.3; GDN ties; B >= 256 wins by 1-3%).
+  //    the key head cut into a cluster of (up to) 8 blocks;
+  //  - 128 to 1023 units: the bulk-copy kernel, which takes T = 1 only (verify: as from 1024
+  //    units);
+  //  - from 1024 units: whole key heads per block (no cluster), the most warps.
   if (units >= 128 && units < 1024 && T == 1) {
     const DecodeTiling bulk{kBulkRows, kBulkWarps, DecodeKernel::kBulk};
     if (decode_cluster_size(bulk, group, d_v) == 1) return bulk;

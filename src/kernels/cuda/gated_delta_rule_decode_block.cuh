@@ -55,11 +55,9 @@ __device__ __forceinline__ void probe_warp(int slot) {
 
 /// Blocks per SM that the registers of a decode (T = 1) kernel must allow (__launch_bounds__'
 /// second argument; 0 = no bound, what ptxas does by itself), for the whole-key-head tilings the
-/// entry takes at large batch with d_k = 128 (ptxas -Xptxas -v): R128w4 96 registers by itself (5
-/// blocks, 20 warps per SM), 80 with 6 blocks (24 warps), no spills, except KDA with a bf16 pool
-/// (spills at 6); R256w8 80 by itself for GDN with an f32 pool and KDA with bf16, 99-100 for the
-/// other two (2 blocks), 80 with 3. One block more spills everywhere; a bound of 1 is not the same
-/// as none (d_k = 64 kernels rose from 64 to 80 registers with it).
+/// entry takes at large batch with d_k = 128: the most blocks that still compile without spills
+/// (ptxas -Xptxas -v; the register counts are in docs/perf.md). One block more spills everywhere;
+/// a bound of 1 is not the same as none (it raised the d_k = 64 kernels' registers).
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 constexpr int decode_min_blocks() {
   if (kT != 1 || kDk != 128) return 0;
@@ -74,7 +72,8 @@ constexpr int decode_min_blocks() {
 /// (1 for decode, kMaxT for verify), so the decode path does no work for absent draft tokens.
 /// kOverlap: launched as a programmatic dependent (overlap_previous), inputs read after
 /// griddepcontrol.wait; a template parameter so that the plain instantiations keep the registers
-/// of a kernel without the second path (a runtime flag cost up to 18 registers: 2-5% at large B).
+/// of a kernel without the second path (a runtime flag costs registers, measured slower at large
+/// batches: docs/perf.md).
 /// d_v == kDk.
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
 __global__ void __launch_bounds__(32 * kWarps, decode_min_blocks<Ts, kKda, kDk, kR, kWarps, kT>())

@@ -1,9 +1,8 @@
 // CUDA two-kernel decode step (T = 1) of gated_delta_rule_decode (DecodeKernel::kSplit; needs
 // GatedDeltaRuleDecodeParams::workspace, a conv of 4 taps and 16-byte aligned tensors). Why two
 // kernels: an in-place copy of the state runs fastest in small blocks with few bytes in flight
-// (docs/perf.md, 2026-11-30 fourth session: 4 or 8 rows per block 4.24-4.29 TB/s at B >= 256,
-// against 4.0 for blocks shaped as the whole-key-head tilings), but a small block cannot afford
-// the key head's q/k conv of its own. So:
+// (4 or 8 rows per block, docs/perf.md), but a small block cannot afford the key head's q/k conv
+// of its own. So:
 //   decode_prep_kernel, one block per (sequence, key head): the q/k conv outputs (raw, before
 //     the l2 norms), the key head's v conv outputs, the decays and beta into the workspace; the
 //     conv windows advanced in place (commit); lets its dependent launch at its start.
@@ -11,8 +10,7 @@
 //     kWarps warps: the slot id and the state rows loaded before griddepcontrol.wait (nothing the
 //     prep kernel writes), then the prepared values, delta_rule_rows, the rows stored back
 //     (commit) or to step_states (verify with one token).
-// Measured (ncu, GDN B=1024, seventh session): prep 42 us, rows 1.03 ms at 87% of DRAM peak; the
-// two together 1082 us against the one-kernel R256w8c1's 1120.
+// Where the time goes (ncu: the prep a few percent, the rows near DRAM peak): docs/perf.md.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -43,9 +41,8 @@ __device__ __forceinline__ PrepChannel prep_channel(const StepArgs& p,
 }
 
 /// One thread per run of kPrepRun consecutive channels (of the key head's 2 d_k + group d_v), all
-/// of its loads as vectors and in flight together (load_vec_bits), then its conv. The first
-/// version loaded a channel at a time, converting each bf16 at its load, and took 94 us at GDN
-/// B=1024 (ncu: 1.3 TB/s, latency-bound; 197 us for KDA) against 1040 for the rows kernel.
+/// of its loads as vectors and in flight together (load_vec_bits), then its conv: a channel at a
+/// time, each bf16 converted at its load, is latency-bound (docs/perf.md).
 constexpr int kPrepRun = 4;
 
 template <bool kKda, int kDk>
@@ -103,8 +100,8 @@ __global__ void __launch_bounds__(kPrepThreads)
 }
 
 // 1-warp blocks held to 64 registers (32 resident per SM): KDA's f32 body needs 68 otherwise (28
-// per SM; KDA B=1024 1119.6 us against 1122.9, B=64 76.15 against 76.42; docs/perf.md 2026-11-30
-// ninth session). Spills would cost more than occupancy gains: keep it spill-free.
+// per SM), and the occupancy measured faster (docs/perf.md). Spills would cost more than occupancy
+// gains: keep it spill-free.
 template <typename Ts, bool kKda, int kDk, int kRows, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps, kWarps == 1 ? 32 : 1)
     decode_rows_kernel(const __grid_constant__ StepArgs p) {

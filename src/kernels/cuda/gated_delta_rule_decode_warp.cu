@@ -4,9 +4,9 @@
 // threads, and shares them through shared memory behind a block barrier. Here every warp
 // computes, for its lanes' own columns, the q/k conv itself: lane l holds columns [l n, l n + n)
 // (n = d_k / 32) of its rows, so it needs exactly the q and k channels of those columns. No shared
-// memory, no block barrier, but every warp loads its 2 d_k channels' weights and windows. Measured
-// (docs/perf.md, 2026-11-30): ~6% faster than the block kernel at B=1 without overlap (the
-// entry's choice there), even with it overlapped, 20-35% slower at B >= 64 (never picked there).
+// memory, no block barrier, but every warp loads its 2 d_k channels' weights and windows. The
+// entry takes it below 128 units without overlap, where it measured faster than the block kernel;
+// at large batches it is slower (docs/perf.md).
 // The l2 norms are not applied before the rows: with raw conv outputs q, k,
 //   <row, k^> = <row, k> / |k|,  row += beta (v - <row, k^>) k^,  o = scale <row, q> / |q|,
 // so |q|^2 and |k|^2 are summed in the same warp reduction as the rows' <row, k>.
