@@ -137,21 +137,23 @@ TEST(CliRegression, HugeBudgetIsAClearError) {
 }
 
 TEST(CliRegression, OptionsOutOfRangeAreUsageErrors) {
+  // CLI11's own range and parse messages change wording between its versions (Debian 12 ships
+  // 2.3, Ubuntu 24.04 2.4): for those the message must name the option and the value; Hyla's own
+  // checks are matched whole.
   struct Case {
     std::vector<std::string> args;
-    const char* message;
+    std::vector<const char*> message_parts;
   };
   const Case cases[] = {
-      {{"--top-k", "-1"}, "--top-k: Value -1 not in range 0 to 2147483647"},
-      {{"--seed", "-1"}, "--seed: Value -1 not in range 0 to 9223372036854775807"},
-      {{"--max-new-tokens", "0"}, "--max-new-tokens: Value 0 not in range 1 to 16777216"},
-      {{"--max-new-tokens", "99999999999999999999"},
-       "--max-new-tokens: Value 99999999999999999999"},
-      {{"--budget-mib", "abc"}, "--budget-mib: Value abc not in range 1 to 1073741824"},
+      {{"--top-k", "-1"}, {"--top-k", "-1"}},
+      {{"--seed", "-1"}, {"--seed", "-1"}},
+      {{"--max-new-tokens", "0"}, {"--max-new-tokens", "0"}},
+      {{"--max-new-tokens", "99999999999999999999"}, {"--max-new-tokens", "99999999999999999999"}},
+      {{"--budget-mib", "abc"}, {"--budget-mib", "abc"}},
       {{"--temperature", "nan"},
-       "hyla generate: --temperature is nan, expected a number in [0, 100]"},
-      {{"--top-p", "0"}, "hyla generate: --top-p is 0, expected a number in (0, 1] (1 = off)"},
-      {{"--bogus"}, "The following argument was not expected: --bogus"},
+       {"hyla generate: --temperature is nan, expected a number in [0, 100]"}},
+      {{"--top-p", "0"}, {"hyla generate: --top-p is 0, expected a number in (0, 1] (1 = off)"}},
+      {{"--bogus"}, {"--bogus"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"generate", "--model", kQwen3Next, "--prompt-ids", "1"};
@@ -159,7 +161,8 @@ TEST(CliRegression, OptionsOutOfRangeAreUsageErrors) {
     SCOPED_TRACE(show(args));
     const RunResult r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    for (const char* part : c.message_parts)
+      EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
   }
 }
 
