@@ -61,10 +61,10 @@ struct GatedDeltaRuleDecodeParams {
   /// the state pool and the conv-state pool meanwhile; qkv, a and b are read after that kernel
   /// has finished. Set it only when that kernel writes none of slots, state_pool, conv_state
   /// (e.g. the layer's input projection; not this layer's previous step or commit). The step
-  /// starts early only as far as that kernel lets its dependents launch early. Verify (T > 1),
-  /// the bulk-copy and split tilings and block-kernel tilings of more than 64 rows per block
-  /// ignore it (run in stream order); the entry picks overlapped tilings below 257 (sequence, key
-  /// head) units.
+  /// starts early only as far as that kernel lets its dependents launch early. Only decode (T = 1)
+  /// on the two block-kernel tilings the entry picks with it (below 257 (sequence, key head)
+  /// units, and for key heads of 64 rows) starts early; verify (T > 1) and the other tilings
+  /// ignore it (run in stream order).
   bool overlap_previous = false;
 
   /// CUDA only, optional (the CPU body ignores it): [B, H] i32 arrival counters on the kernel's

@@ -31,7 +31,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <iterator>
 #include <string>
 #ifdef HYLA_DECODE_PROBE
@@ -123,36 +122,23 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
   }
 }
 
-/// The tilings compiled: {rows per block, warps per block}, smallest blocks first, then fewer
-/// warps; {32, 8, bulk} is decode_bulk_kernel (T = 1 only, no cluster); then the warp kernel's
-/// (T = 1 only; gated_delta_rule_decode_warp.cu). Tilings and variants measured slower are not
-/// compiled (docs/perf.md).
+/// The tilings compiled, the ones default_decode_tiling picks for some call: {rows per block, warps
+/// per block}, smallest blocks first, then fewer warps; {32, 8, bulk} is decode_bulk_kernel (T = 1
+/// only, no cluster); then the warp kernel's and the split kernels' (T = 1 only;
+/// gated_delta_rule_decode_warp.cu, _split.cu). Tilings and variants the entry never picks are not
+/// compiled (their measurements: docs/perf.md).
 constexpr DecodeKernel kWarpKernel = DecodeKernel::kWarp;
-constexpr DecodeTiling kTilings[] = {{8, 4},
-                                     {8, 8},
-                                     {16, 4},
+constexpr DecodeTiling kTilings[] = {{8, 8},
                                      {16, 8},
                                      {16, 16},
-                                     {32, 4},
                                      {32, 8},
                                      {64, 4},
                                      {128, 4},
-                                     {256, 4},
                                      {256, 8},
                                      {kBulkRows, kBulkWarps, DecodeKernel::kBulk},
-                                     {8, 2, kWarpKernel},
                                      {16, 2, kWarpKernel},
                                      {16, 4, kWarpKernel},
-                                     {16, 8, kWarpKernel},
-                                     {32, 4, kWarpKernel},
-                                     {32, 8, kWarpKernel},
-                                     {64, 8, kWarpKernel},
-                                     {128, 16, kWarpKernel},
-                                     {8, 1, DecodeKernel::kSplit},
-                                     {8, 2, DecodeKernel::kSplit},
-                                     {8, 4, DecodeKernel::kSplit},
-                                     {16, 2, DecodeKernel::kSplit},
-                                     {16, 8, DecodeKernel::kSplit}};
+                                     {8, 1, DecodeKernel::kSplit}};
 
 /// The call's workspace can serve the split kernels: on the state pool's device, 16-byte aligned,
 /// large enough (check_gated_delta_rule_decode refuses any other; the explicit-tiling entry may be
@@ -179,17 +165,7 @@ bool warp_kernel_aligned(const GatedDeltaRuleDecodeParams& p) {
 /// measured on the H200 (docs/perf.md, every tiling with --overlap at B = 1 and 8): below 128
 /// units after the block's own griddepcontrol.wait (launching the next step at once would let it
 /// queue its state loads ahead of this step's input loads), else at the start.
-/// HYLA_DECODE_TRIGGER=start|wait|exit overrides it (a diagnostic).
-int decode_trigger(int64_t units) {
-  static const int forced = [] {
-    const char* env = std::getenv("HYLA_DECODE_TRIGGER");
-    if (env == nullptr) return -1;
-    const std::string v = env;
-    return v == "start" ? 0 : v == "wait" ? 1 : v == "exit" ? 2 : -1;
-  }();
-  if (forced >= 0) return forced;
-  return units < 128 ? 1 : 0;
-}
+int decode_trigger(int64_t units) { return units < 128 ? 1 : 0; }
 
 }  // namespace
 
@@ -217,12 +193,8 @@ int decode_cluster_size(DecodeTiling tiling, int64_t group, int64_t d_v) {
     if (d_v % (r / tiling.warps) != 0 || rows / r > 16) return 0;
     return int(rows / r);
   }
-  if (tiling.kernel == DecodeKernel::kSplit) {  // 2, 4 or 8 rows per warp inside one value head
-    if (d_v != 64 && d_v != 128) return 0;
-    const int per_warp = r / std::max(tiling.warps, 1);
-    if ((r != 8 && r != 16) || per_warp * tiling.warps != r || d_v % r != 0) return 0;
-    return per_warp == 2 || per_warp == 4 || per_warp == 8 ? 1 : 0;
-  }
+  if (tiling.kernel == DecodeKernel::kSplit)  // 8 rows of one value head per 1-warp block
+    return (d_v == 64 || d_v == 128) && r == kSplitRows && tiling.warps == kSplitWarps ? 1 : 0;
   if (tiling.bulk())  // whole key heads, no cluster
     return r == kBulkRows && tiling.warps == kBulkWarps && group <= kBulkMaxGroup &&
                    d_v % kBulkRows == 0

@@ -375,11 +375,11 @@ Status launch_block_kernel(const StepArgs& args, int B, cudaStream_t stream) {
       args, B, kWarps, kOverlap, stream);
 }
 
-/// Overlapped instantiations exist for decode (T = 1) tilings of up to 64 rows, the ones the
-/// entry picks with overlap_previous; the others run in stream order with the flag set.
+/// Overlapped instantiations exist for the decode (T = 1) tilings the entry picks with
+/// overlap_previous (decode_tiling_overlaps); the others run in stream order with the flag set.
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
-  if constexpr (kT == 1 && kR <= kOverlapMaxRows)  // decode_tiling_overlaps
+  if constexpr (kT == 1 && block_tiling_overlaps(kR, kWarps))
     if (args.overlap)
       return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, true>(args, B, stream);
   return launch_block_kernel<Ts, kKda, kDk, kR, kWarps, kT, false>(args, B, stream);
@@ -388,22 +388,24 @@ Status launch_tiled(const StepArgs& args, int B, cudaStream_t stream) {
 template <typename Ts, bool kKda, int kDk, int kT>
 Status launch_rows(const StepArgs& args, int B, DecodeTiling t, cudaStream_t stream) {
   if (t.kernel == DecodeKernel::kBulk) return launch_bulk<Ts, kKda, kDk>(args, B, stream);
-  if (t.kernel == DecodeKernel::kSplit)
-    return launch_split<Ts, kKda, kDk>(args, B, t.rows_per_block, t.warps, stream);
+  if (t.kernel == DecodeKernel::kSplit) return launch_split<Ts, kKda, kDk>(args, B, stream);
   if (t.kernel == DecodeKernel::kWarp)
     return launch_warp<Ts, kKda>(args, kDk, B, t.rows_per_block, t.warps, stream);
   const int key = t.rows_per_block * 100 + t.warps;
   switch (key) {
-    case 804: return launch_tiled<Ts, kKda, kDk, 8, 4, kT>(args, B, stream);
     case 808: return launch_tiled<Ts, kKda, kDk, 8, 8, kT>(args, B, stream);
-    case 1604: return launch_tiled<Ts, kKda, kDk, 16, 4, kT>(args, B, stream);
     case 1608: return launch_tiled<Ts, kKda, kDk, 16, 8, kT>(args, B, stream);
-    case 1616: return launch_tiled<Ts, kKda, kDk, 16, 16, kT>(args, B, stream);
-    case 3204: return launch_tiled<Ts, kKda, kDk, 32, 4, kT>(args, B, stream);
+    case 1616:  // decode only: the entry takes it with arrival counters at T = 1
+      if constexpr (kT == 1)
+        return launch_tiled<Ts, kKda, kDk, 16, 16, kT>(args, B, stream);
+      else
+        return unsupported(
+            "gated_delta_rule_decode (CUDA): 16 rows per block with 16 warps take "
+            "one token per sequence only, not ",
+            args.T);
     case 3208: return launch_tiled<Ts, kKda, kDk, 32, 8, kT>(args, B, stream);
     case 6404: return launch_tiled<Ts, kKda, kDk, 64, 4, kT>(args, B, stream);
     case 12804: return launch_tiled<Ts, kKda, kDk, 128, 4, kT>(args, B, stream);
-    case 25604: return launch_tiled<Ts, kKda, kDk, 256, 4, kT>(args, B, stream);
     case 25608: return launch_tiled<Ts, kKda, kDk, 256, 8, kT>(args, B, stream);
     default:
       return unsupported("gated_delta_rule_decode (CUDA): no tiling of ", t.rows_per_block,

@@ -45,8 +45,7 @@ struct StepArgs {
   bool commit;
   bool overlap;  ///< GatedDeltaRuleDecodeParams::overlap_previous
   /// Where a block lets its dependent launch (griddepcontrol.launch_dependents): 0 at its start,
-  /// 1 after its own griddepcontrol.wait (overlapped instantiations), 2 never (at exit). A
-  /// diagnostic knob (env HYLA_DECODE_TRIGGER=start|wait|exit), 0 by default.
+  /// 1 after its own griddepcontrol.wait (overlapped instantiations); decode_trigger.
   int trigger;
   /// Block kernel, blocks per key head (cluster) > 1: one arrival counter per (sequence, key
   /// head), [B][H], zero before the call and left zero by it. Given, the key head's blocks are
@@ -363,11 +362,14 @@ Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream);
 Status launch_bf16_pool(const StepArgs& args, bool kda, int d_k, int B, DecodeTiling tiling,
                         cudaStream_t stream);
 
-/// Two-kernel decode (T = 1, d_k = d_v; gated_delta_rule_decode_split.cu): rows_per_block 8 or
-/// 16, 2, 4 or 8 rows per warp.
+/// The split kernels' one tiling (DecodeKernel::kSplit): rows per block of decode_rows_kernel and
+/// its warps.
+constexpr int kSplitRows = 8, kSplitWarps = 1;
+
+/// Two-kernel decode (T = 1, d_k = d_v; gated_delta_rule_decode_split.cu), kSplitRows rows per
+/// block of kSplitWarps warps.
 template <typename Ts, bool kKda, int kDk>
-Status launch_split(const StepArgs& args, int B, int rows_per_block, int warps,
-                    cudaStream_t stream);
+Status launch_split(const StepArgs& args, int B, cudaStream_t stream);
 
 /// Warp-autonomous decode (T = 1, K = 4; gated_delta_rule_decode_warp.cu), the warp tilings'
 /// rows_per_block / warps.

@@ -6,10 +6,10 @@
 //   decode_prep_kernel, one block per (sequence, key head): the q/k conv outputs (raw, before
 //     the l2 norms), the key head's v conv outputs, the decays and beta into the workspace; the
 //     conv windows advanced in place (commit); lets its dependent launch at its start.
-//   decode_rows_kernel, its programmatic dependent, kRows rows of one value head per block of
-//     kWarps warps: the slot id and the state rows loaded before griddepcontrol.wait (nothing the
-//     prep kernel writes), then the prepared values, delta_rule_rows, the rows stored back
-//     (commit) or to step_states (verify with one token).
+//   decode_rows_kernel, its programmatic dependent, kSplitRows rows of one value head per block
+//     of kSplitWarps warps: the slot id and the state rows loaded before griddepcontrol.wait
+//     (nothing the prep kernel writes), then the prepared values, delta_rule_rows, the rows stored
+//     back (commit) or to step_states (verify with one token).
 // Where the time goes (ncu: the prep a few percent, the rows near DRAM peak): docs/perf.md.
 #include <cuda_runtime.h>
 
@@ -99,12 +99,13 @@ __global__ void __launch_bounds__(kPrepThreads)
   }
 }
 
-// 1-warp blocks held to 64 registers (32 resident per SM): KDA's f32 body needs 68 otherwise (28
-// per SM), and the occupancy measured faster (docs/perf.md). Spills would cost more than occupancy
-// gains: keep it spill-free.
-template <typename Ts, bool kKda, int kDk, int kRows, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, kWarps == 1 ? 32 : 1)
+// kSplitRows rows per block of kSplitWarps warps. 1-warp blocks held to 64 registers (32 resident
+// per SM): KDA's f32 body needs 68 otherwise (28 per SM), and the occupancy measured faster
+// (docs/perf.md). Spills would cost more than occupancy gains: keep it spill-free.
+template <typename Ts, bool kKda, int kDk>
+__global__ void __launch_bounds__(32 * kSplitWarps, kSplitWarps == 1 ? 32 : 1)
     decode_rows_kernel(const __grid_constant__ StepArgs p) {
+  constexpr int kRows = kSplitRows, kWarps = kSplitWarps;
   constexpr int kPerLane = kDk / 32, kRowsPerWarp = kRows / kWarps;
   static_assert(kDk % 32 == 0 && kRows % kWarps == 0 && kDk % kRows == 0);
   trigger_dependents(p, 0);
@@ -156,41 +157,27 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == 1 ? 32 : 1)
 }  // namespace
 
 template <typename Ts, bool kKda, int kDk>
-Status launch_split(const StepArgs& args, int B, int rows_per_block, int warps,
-                    cudaStream_t stream) {
+Status launch_split(const StepArgs& args, int B, cudaStream_t stream) {
   // The prep kernel runs in stream order (overlap_previous is ignored: it writes the workspace,
   // which the kernel before it may be reading if that is the previous split step).
   decode_prep_kernel<kKda, kDk>
       <<<dim3(unsigned(args.H), unsigned(B)), kPrepThreads, 0, stream>>>(args);
   HYLA_CUDA_CHECK(cudaGetLastError());
-  const unsigned blocks_per_seq = unsigned(int64_t(args.HV) * kDk / rows_per_block);
-  const dim3 grid(blocks_per_seq, unsigned(B));
-  const int key = rows_per_block * 100 + warps;
-  switch (key) {
-#define HYLA_SPLIT_CASE(R, W)                                                    \
-  case R * 100 + W:                                                              \
-    launch_kernel_ex<decode_rows_kernel<Ts, kKda, kDk, R, W>>(                   \
-        {.grid = grid, .block = dim3(32 * W), .dependent = true}, stream, args); \
-    return ok_status();
-    HYLA_SPLIT_CASE(8, 1)
-    HYLA_SPLIT_CASE(8, 2)
-    HYLA_SPLIT_CASE(8, 4)
-    HYLA_SPLIT_CASE(16, 2)
-    HYLA_SPLIT_CASE(16, 8)
-#undef HYLA_SPLIT_CASE
-    default:
-      return unsupported("gated_delta_rule_decode (CUDA): no split tiling of ", rows_per_block,
-                         " rows / ", warps, " warps per block");
-  }
+  const unsigned blocks_per_seq = unsigned(int64_t(args.HV) * kDk / kSplitRows);
+  launch_kernel_ex<decode_rows_kernel<Ts, kKda, kDk>>({.grid = dim3(blocks_per_seq, unsigned(B)),
+                                                       .block = dim3(32 * kSplitWarps),
+                                                       .dependent = true},
+                                                      stream, args);
+  return ok_status();
 }
 
-template Status launch_split<float, false, 64>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<float, false, 128>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<float, true, 64>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<float, true, 128>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<uint16_t, false, 64>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<uint16_t, false, 128>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<uint16_t, true, 64>(const StepArgs&, int, int, int, cudaStream_t);
-template Status launch_split<uint16_t, true, 128>(const StepArgs&, int, int, int, cudaStream_t);
+template Status launch_split<float, false, 64>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<float, false, 128>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<float, true, 64>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<float, true, 128>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<uint16_t, false, 64>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<uint16_t, false, 128>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<uint16_t, true, 64>(const StepArgs&, int, cudaStream_t);
+template Status launch_split<uint16_t, true, 128>(const StepArgs&, int, cudaStream_t);
 
 }  // namespace hyla::kernels::cuda::decode_detail

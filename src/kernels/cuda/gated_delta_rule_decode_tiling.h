@@ -29,15 +29,14 @@ enum class DecodeKernel : uint8_t {
   /// decode_bulk_kernel (T = 1): whole key heads per block, rows staged through shared memory by
   /// bulk copies (TMA) in chunks of rows_per_block rows.
   kBulk,
-  /// decode_warp_kernel (T = 1, d_k = d_v in {64, 128}, conv of 4 taps): every warp computes the
-  /// q/k conv of its own lanes' columns and needs no block barrier; rows_per_block / warps rows
-  /// per warp.
+  /// decode_warp_kernel (T = 1, d_k = d_v in {64, 128}, conv of 4 taps, never overlapped):
+  /// every warp computes the q/k conv of its own lanes' columns and needs no block barrier;
+  /// rows_per_block / warps rows per warp.
   kWarp,
   /// decode_prep_kernel + decode_rows_kernel (T = 1, d_k = d_v in {64, 128}, a conv of 4 taps,
   /// needs GatedDeltaRuleDecodeParams::workspace): the conv, gates and inputs of each (sequence,
-  /// key head) prepared once into the workspace, then rows_per_block rows per block of `warps`
-  /// warps (2, 4 or 8 rows per warp), launched as the first kernel's programmatic dependent (state
-  /// loads before its wait).
+  /// key head) prepared once into the workspace, then 8 rows per block of 1 warp, launched as
+  /// the first kernel's programmatic dependent (state loads before its wait).
   kSplit,
 };
 
@@ -53,13 +52,21 @@ struct DecodeTiling {
 std::string decode_tiling_name(DecodeTiling tiling, int64_t group, int64_t d_v);
 
 /// With overlap_previous, a tiling runs as a programmatic dependent of the kernel before it only
-/// for decode (T = 1) on the warp kernel, or on the block kernel with at most kOverlapMaxRows rows
-/// per block; the others run in stream order.
-constexpr int kOverlapMaxRows = 64;
+/// for decode (T = 1) on the block kernel's 32 rows / 8 warps and 64 rows / 4 warps, the tilings
+/// default_decode_tiling picks with overlap_previous and that it can run as dependents; the others
+/// run in stream order.
+constexpr bool block_tiling_overlaps(int rows_per_block, int warps) {
+  return (rows_per_block == 32 && warps == 8) || (rows_per_block == 64 && warps == 4);
+}
 inline bool decode_tiling_overlaps(DecodeTiling t, int64_t T) {
-  if (T != 1 || t.rows_per_block <= 0) return false;
-  return t.kernel == DecodeKernel::kWarp ||
-         (t.kernel == DecodeKernel::kBlock && t.rows_per_block <= kOverlapMaxRows);
+  return T == 1 && t.kernel == DecodeKernel::kBlock &&
+         block_tiling_overlaps(t.rows_per_block, t.warps);
+}
+
+/// Whether a tiling serves T tokens per sequence: T = 1 any; verify (T > 1) only the block
+/// kernel's, 16 rows / 16 warps excepted (the entry takes that one at T = 1 only).
+inline bool decode_tiling_takes(DecodeTiling t, int64_t T) {
+  return T == 1 || (t.kernel == DecodeKernel::kBlock && !(t.rows_per_block == 16 && t.warps == 16));
 }
 
 /// The tilings the kernel is compiled for, smallest blocks first.

@@ -29,8 +29,9 @@ namespace {
 /// One block: kWarps warps of kRw rows each, rows [rank kR, (rank + 1) kR) of key head kh
 /// (counted over its group value heads; kR = kWarps kRw), sequence blockIdx.y; block rank r of the
 /// key head's cluster of p.cluster blocks. A warp's rows lie in one value head (kRw divides d_k).
-/// kOverlap: as decode_step_kernel's (inputs after griddepcontrol.wait). T = 1; d_v == kDk.
-template <typename Ts, bool kKda, int kDk, int kRw, int kWarps, bool kOverlap>
+/// Never overlapped (the entry takes it without overlap_previous only: decode_tiling_overlaps).
+/// T = 1; d_v == kDk.
+template <typename Ts, bool kKda, int kDk, int kRw, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps)
     decode_warp_kernel(const __grid_constant__ StepArgs p) {
   constexpr int kN = kDk / 32;  // columns per lane
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   trigger_dependents(p, 0);  // no-op without a dependent
   const int slot = p.slots[b];
 
-  // Constants, then (not overlapped) the inputs, while the slot id is on its way.
+  // Constants, then the inputs, while the slot id is on its way.
   ConvRun<kN> q_in, k_in;
   ConvRun<1> v_in;
   load_run_weights(p, q_ch, q_in);
@@ -77,10 +78,10 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
     load_vec_bits<1>(p.b, p.b_bf16, int64_t(b) * p.HV + hv, b_in);
   };
-  if constexpr (!kOverlap) load_inputs();
+  load_inputs();
   if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)
 
-  // The rows and the windows (overlapped: then the wait and the inputs).
+  // The rows and the windows.
   Ts* const rows_ptr =
       static_cast<Ts*>(p.state) + (int64_t(slot) * p.HV * kDk + rows) * kDk + lane * kN;
   float row[kRw][kN];
@@ -89,11 +90,6 @@ __global__ void __launch_bounds__(32 * kWarps)
   load_run_window(p, slot, q_ch, q_in);
   load_run_window(p, slot, k_ch, k_in);
   load_run_window(p, slot, v_ch, v_in);
-  if constexpr (kOverlap) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // the kernel before has finished
-    trigger_dependents(p, 1);
-    load_inputs();
-  }
 
   // Conv + SiLU of the lane's q, k columns and (lane u) row u's v; the gates.
   float q[kN], k[kN], v[1];
@@ -151,30 +147,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   store_run_window(p, slot, k_ch, k_in);
 }
 
-template <typename Ts, bool kKda, int kDk, int kRw, int kWarps, bool kOverlap>
-Status launch_warp_kernel(const StepArgs& args, int B, cudaStream_t stream) {
-  return launch_decode_grid<decode_warp_kernel<Ts, kKda, kDk, kRw, kWarps, kOverlap>>(
-      args, B, kWarps, kOverlap, stream);
-}
-
 template <typename Ts, bool kKda, int kDk, int kRw, int kWarps>
-Status launch_warp_overlap(const StepArgs& args, int B, cudaStream_t stream) {
-  return args.overlap ? launch_warp_kernel<Ts, kKda, kDk, kRw, kWarps, true>(args, B, stream)
-                      : launch_warp_kernel<Ts, kKda, kDk, kRw, kWarps, false>(args, B, stream);
+Status launch_warp_kernel(const StepArgs& args, int B, cudaStream_t stream) {
+  return launch_decode_grid<decode_warp_kernel<Ts, kKda, kDk, kRw, kWarps>>(args, B, kWarps, false,
+                                                                            stream);
 }
 
 template <typename Ts, bool kKda, int kDk>
 Status launch_warp_rows(const StepArgs& args, int B, int rows_per_block, int warps,
                         cudaStream_t stream) {
   switch (rows_per_block * 100 + warps) {
-    case 802: return launch_warp_overlap<Ts, kKda, kDk, 4, 2>(args, B, stream);
-    case 1602: return launch_warp_overlap<Ts, kKda, kDk, 8, 2>(args, B, stream);
-    case 1604: return launch_warp_overlap<Ts, kKda, kDk, 4, 4>(args, B, stream);
-    case 1608: return launch_warp_overlap<Ts, kKda, kDk, 2, 8>(args, B, stream);
-    case 3204: return launch_warp_overlap<Ts, kKda, kDk, 8, 4>(args, B, stream);
-    case 3208: return launch_warp_overlap<Ts, kKda, kDk, 4, 8>(args, B, stream);
-    case 6408: return launch_warp_overlap<Ts, kKda, kDk, 8, 8>(args, B, stream);
-    case 12816: return launch_warp_overlap<Ts, kKda, kDk, 8, 16>(args, B, stream);
+    case 1602: return launch_warp_kernel<Ts, kKda, kDk, 8, 2>(args, B, stream);
+    case 1604: return launch_warp_kernel<Ts, kKda, kDk, 4, 4>(args, B, stream);
     default:
       return unsupported("gated_delta_rule_decode (CUDA): no warp tiling of ", rows_per_block,
                          " rows per block with ", warps, " warps");

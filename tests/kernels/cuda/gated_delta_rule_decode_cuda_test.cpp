@@ -323,23 +323,25 @@ const DecodeCase kTilingCases[] = {
 TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
   // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
-  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, the split
-  // kernels (with the workspace the case tensors carry, NaN until written), both head dims, both
-  // pool dtypes.
+  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, the warp
+  // kernel, the split kernel (with the workspace the case tensors carry, NaN until written), both
+  // head dims, both pool dtypes.
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
   const uint32_t seed = base_seed();
   uint32_t n = 0, runs = 0;
   for (const DecodeCase& c : kTilingCases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      // The bulk and warp tilings are decode-only (T = 1; verify with one token included).
-      const bool decode_only = t.kernel != cuda::DecodeKernel::kBlock;
+      // The bulk, warp and split tilings and R16w16 are decode-only (T = 1; verify with one token
+      // included).
       for (int64_t T : {1, 3})
-        if (!decode_only || T == 1) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
+        if (cuda::decode_tiling_takes(t, T)) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
       ++runs;
     }
   }
-  EXPECT_GE(runs, 36u) << "fewer tilings covered than the kernel is compiled for";
+  // Per case: the 6 block tilings that tile its 128 or 256 rows in clusters of 1 to 16, bulk, 2
+  // warp tilings, split.
+  EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
@@ -354,14 +356,16 @@ TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
       if (t.kernel != cuda::DecodeKernel::kBlock ||
           cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) < 2)
         continue;
-      for (int64_t T : {1, 3}) expect_counted_matches_cpu(c, /*B=*/3, T, seed + n++, t);
+      for (int64_t T : {1, 3})
+        if (cuda::decode_tiling_takes(t, T))
+          expect_counted_matches_cpu(c, /*B=*/3, T, seed + n++, t);
       ++runs;
     }
     for (int64_t B : {1, 3})
       for (bool overlap : {false, true})
         expect_counted_matches_cpu(c, B, /*T=*/1, seed + n++, std::nullopt, overlap);
   }
-  EXPECT_EQ(runs, 30u) << "not the block tilings of 2 to 16 blocks per key head of these cases";
+  EXPECT_EQ(runs, 20u) << "not the block tilings of 2 to 16 blocks per key head of these cases";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
@@ -419,6 +423,28 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
             for (bool workspace_ok : {false, true})
               pick(B, 4, group, d, T, overlap, true, workspace_ok);
 
+  // Every choice, over key heads of 1 to 16 value heads and every flag, is a compiled tiling
+  // (decode_tilings()) that serves the call's token count.
+  const std::vector<cuda::DecodeTiling> compiled = cuda::decode_tilings();
+  for (int64_t B : {1, 2, 7, 8, 31, 64, 65, 256, 257, 1024})
+    for (int64_t group = 1; group <= 16; ++group)
+      for (int64_t d : {64, 128})
+        for (int64_t T : {int64_t(1), int64_t(2), kMaxDecodeTokens})
+          for (int flags = 0; flags < 16; ++flags) {
+            const bool overlap = flags & 1, warp_ok = flags & 2, counted = flags & 4,
+                       workspace_ok = flags & 8;
+            const cuda::DecodeTiling t = cuda::default_decode_tiling(
+                B, 4, group, d, T, overlap, warp_ok, counted, workspace_ok);
+            SCOPED_TRACE(str_cat("B ", B, " group ", group, " d ", d, " T ", T, " flags ", flags,
+                                 ": ", cuda::decode_tiling_name(t, group, d)));
+            EXPECT_GT(cuda::decode_cluster_size(t, group, d), 0);
+            EXPECT_TRUE(cuda::decode_tiling_takes(t, T));
+            EXPECT_TRUE(std::any_of(compiled.begin(), compiled.end(), [&](cuda::DecodeTiling c) {
+              return c.rows_per_block == t.rows_per_block && c.warps == t.warps &&
+                     c.kernel == t.kernel;
+            }));
+          }
+
   // Overlapped steps: below 128 units the block kernel with 32 rows / 8 warps; 128 to 256 units
   // 64 rows / 4 warps (the bulk kernel does not overlap); above, and for verify, as without.
   auto pick_overlapped = [&](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1) {
@@ -454,12 +480,27 @@ TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
   const DecodeCase c{.gate = DecodeGate::kKda, .H = 1, .HV = 1, .d_k = 128, .d_v = 128};
   DecodeTensors gpu =
       testing::make_decode_tensors(c, /*B=*/1, /*T=*/1, {0}, 1, rng).to(Device::cuda());
-  const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 4});
+  const Status s = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{256, 8});
   EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.to_string();
   EXPECT_NE(s.message().find("256 rows per block"), std::string::npos) << s.to_string();
+  // A tiling that would tile it but is not compiled (the entry never picks it): refused.
+  const Status uncompiled = gpu_decode(gpu.decode_params(true), cuda::DecodeTiling{32, 4});
+  EXPECT_EQ(uncompiled.code(), ErrorCode::kUnsupported) << uncompiled.to_string();
+  EXPECT_NE(uncompiled.message().find("no tiling of 32 rows per block with 4 warps"),
+            std::string::npos)
+      << uncompiled.to_string();
+  // 16 rows / 16 warps serves one token per sequence only: a verify of 3 is refused.
+  DecodeTensors three =
+      testing::make_decode_tensors(c, /*B=*/1, /*T=*/3, {0}, 1, rng).to(Device::cuda());
+  EXPECT_FALSE(cuda::decode_tiling_takes(cuda::DecodeTiling{16, 16}, 3));
+  const Status verify = gpu_decode(three.decode_params(false), cuda::DecodeTiling{16, 16});
+  EXPECT_EQ(verify.code(), ErrorCode::kUnsupported) << verify.to_string();
+  EXPECT_NE(verify.message().find("one token per sequence only, not 3"), std::string::npos)
+      << verify.to_string();
+  EXPECT_TRUE(still_poisoned(three.o.to(Device::cpu()).view())) << "a refused call wrote o";
   // The split kernels without a workspace: refused; with one too small: refused by the argument
   // check (check_gated_delta_rule_decode); nothing written either way.
-  const cuda::DecodeTiling split{8, 4, cuda::DecodeKernel::kSplit};
+  const cuda::DecodeTiling split{8, 1, cuda::DecodeKernel::kSplit};
   GatedDeltaRuleDecodeParams p = gpu.decode_params(true);
   p.workspace = TensorView();
   const Status none = gpu_decode(p, split);
