@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 
+#include "cli/io.h"
 #include "core/error.h"
 #include "model/architecture.h"
 #include "model/json_file.h"
@@ -82,14 +83,6 @@ int fail(std::FILE* err, const std::string& message) {
 int fail_after_progress(std::FILE* err, const std::string& message) {
   std::fputc('\n', err);
   return fail(err, message);
-}
-
-std::string read_all(std::FILE* in) {
-  std::string text;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, n);
-  return text;
 }
 
 runtime::SamplingParams sampling(const GenerateOptions& o, bool text_mode) {

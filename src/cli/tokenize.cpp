@@ -8,18 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/io.h"
 #include "serve/tokenizer.h"
 
 namespace hyla::cli {
 namespace {
-
-std::string read_all(std::FILE* in) {
-  std::string text;
-  char buffer[1 << 16];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, n);
-  return text;
-}
 
 /// The tokenizer named by the arguments, or the exit code after the message.
 Result<serve::Tokenizer> load(const char* command, const std::string& tokenizer_path,
