@@ -157,11 +157,16 @@ MachineFigures measure_machine(int64_t read_bytes) {
   return f;
 }
 
-Result<DecodeFigures> measure_decode(const std::string& dir, int64_t new_tokens) {
-  DecodeFigures d;
+int64_t checkpoint_bytes(const std::string& dir) {
+  int64_t bytes = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".safetensors") d.weight_bytes += int64_t(entry.file_size(ec));
+    if (entry.path().extension() == ".safetensors") bytes += int64_t(entry.file_size(ec));
+  return bytes;
+}
+
+Result<DecodeFigures> measure_decode(const std::string& dir, int64_t new_tokens) {
+  DecodeFigures d;
   HYLA_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, model::load_model(dir));
   d.model = model->config().model_type;
   runtime::EngineOptions options;

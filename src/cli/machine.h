@@ -20,15 +20,18 @@ struct MachineFigures {
 /// Measures the figures above with the current thread count (about a second in all).
 MachineFigures measure_machine(int64_t read_bytes);
 
+/// Bytes of the checkpoint's *.safetensors files in `dir` (every weight as stored: a decode step
+/// reads each once, the tied embedding whole as the lm_head); 0 when there are none.
+int64_t checkpoint_bytes(const std::string& dir);
+
 struct DecodeFigures {
   std::string model;
-  int64_t weight_bytes = 0;  ///< bytes of weights one decode step reads (every matrix)
-  double tokens_per_s = 0;   ///< decode tokens / decode time, one sequence, greedy
+  double tokens_per_s = 0;  ///< decode tokens / decode time, one sequence, greedy
   int64_t tokens = 0;
 };
 
 /// Decodes `new_tokens` greedy tokens of one sequence on the model in `dir` (prompt: 16 fixed
-/// token ids) and counts the bytes of its weights.
+/// token ids).
 Result<DecodeFigures> measure_decode(const std::string& dir, int64_t new_tokens);
 
 }  // namespace hyla::cli

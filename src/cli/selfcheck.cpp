@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -179,10 +178,7 @@ int run_selfcheck(const SelfcheckOptions& options) {
 
   // The read bound: a decode step reads every weight once, so tokens/s <= bandwidth / bytes.
   const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
-  std::error_code ec;
-  int64_t weight_bytes = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec))
-    if (entry.path().extension() == ".safetensors") weight_bytes += int64_t(entry.file_size(ec));
+  const int64_t weight_bytes = checkpoint_bytes(model_dir);
   const MachineFigures m = measure_machine(weight_bytes > 0 ? weight_bytes : int64_t{32} << 20);
   std::printf("\nmachine:\n");
   std::printf("  cpu             %s\n", cpu_features().summary().c_str());
@@ -199,12 +195,12 @@ int run_selfcheck(const SelfcheckOptions& options) {
       std::printf("\ndecode: %s: %s\n", model_dir.c_str(), d.status().message().c_str());
       ok = false;
     } else {
-      const double bound = m.read_gbps * 1e9 / double(d->weight_bytes);
+      const double bound = m.read_gbps * 1e9 / double(weight_bytes);
       std::printf(
           "\ndecode (%s, %s, 1 sequence, %lld greedy tokens):\n  %.1f tokens/s; read bound %.0f "
           "tokens/s (%.1f MB of weights at %.1f GB/s): %.0f%% of it\n",
           model_dir.c_str(), d->model.c_str(), (long long)d->tokens, d->tokens_per_s, bound,
-          double(d->weight_bytes) / 1e6, m.read_gbps, 100.0 * d->tokens_per_s / bound);
+          double(weight_bytes) / 1e6, m.read_gbps, 100.0 * d->tokens_per_s / bound);
     }
   } else {
     std::printf("\ndecode: no safetensors in %s: skipped\n", model_dir.c_str());

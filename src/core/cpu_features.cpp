@@ -6,7 +6,6 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -64,7 +64,7 @@ class Pool {
  public:
   Pool() {
     // OpenBLAS's own threads stay off: GEMMs are split into parallel_for tasks instead.
-    openblas_set_num_threads(1);
+    detail::ensure_blas_single_threaded();
     resize(0);
   }
   ~Pool() { stop_workers(); }

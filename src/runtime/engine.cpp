@@ -65,24 +65,22 @@ Status Engine::init_memory_plan() {
   // What the pools and the step scratch will take, against what the host can give, before any
   // of it is allocated (an allocation beyond it fails or swaps, late and without a reason).
   const int64_t needed = plan_.scratch_bytes + plan_.state_bytes() + plan_.kv_bytes();
-  if (options_.host_memory_bytes > 0) {
-    if (needed > options_.host_memory_bytes)
-      return Status(
-          ErrorCode::kOutOfMemory,
-          str_cat("Engine: the memory plan needs ", format_bytes(needed), " (budget ",
-                  format_bytes(options_.memory_budget_bytes), "), more than the limit of ",
-                  format_bytes(options_.host_memory_bytes), " (host_memory_bytes)"));
-    return ok_status();
+  int64_t limit = options_.host_memory_bytes;
+  std::string against;  // what the limit is, for the message
+  if (limit > 0) {
+    against = str_cat("more than the limit of ", format_bytes(limit), " (host_memory_bytes)");
+  } else {
+    Result<HostMemory> host = host_memory();
+    if (!host.ok()) return ok_status();  // no figure to check against
+    limit = host->available_bytes;
+    against = str_cat("but this machine has ", format_bytes(host->available_bytes),
+                      " available of ", format_bytes(host->total_bytes), " (", host->source,
+                      " MemAvailable / MemTotal); lower the memory budget");
   }
-  Result<HostMemory> host = host_memory();
-  if (host.ok() && needed > host->available_bytes)
-    return Status(ErrorCode::kOutOfMemory,
-                  str_cat("Engine: the memory plan needs ", format_bytes(needed), " (budget ",
-                          format_bytes(options_.memory_budget_bytes), "), but this machine has ",
-                          format_bytes(host->available_bytes), " available of ",
-                          format_bytes(host->total_bytes), " (", host->source,
-                          " MemAvailable / MemTotal); lower the memory budget"));
-  return ok_status();
+  if (needed <= limit) return ok_status();
+  return Status(ErrorCode::kOutOfMemory,
+                str_cat("Engine: the memory plan needs ", format_bytes(needed), " (budget ",
+                        format_bytes(options_.memory_budget_bytes), "), ", against));
 }
 
 Status Engine::init_state_pool() {
