@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -55,7 +56,8 @@ int env_threads() {
     if (v == nullptr || *v == '\0') continue;
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    if (end != v && n > 0 && n <= 1024) return static_cast<int>(n);
+    if (end != v && *end == '\0' && n > 0 && n <= 1024) return static_cast<int>(n);
+    std::fprintf(stderr, "hyla: %s='%s' is not a thread count in [1, 1024]: ignored\n", name, v);
   }
   return 0;
 }

@@ -154,6 +154,8 @@ TEST(CliRegression, OptionsOutOfRangeAreUsageErrors) {
        {"hyla generate: --temperature is nan, expected a number in [0, 100]"}},
       {{"--top-p", "0"}, {"hyla generate: --top-p is 0, expected a number in (0, 1] (1 = off)"}},
       {{"--bogus"}, {"--bogus"}},
+      {{"--threads", "0"}, {"--threads", "0"}},
+      {{"--threads", "many"}, {"--threads", "many"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"generate", "--model", kQwen3Next, "--prompt-ids", "1"};
