@@ -13,13 +13,35 @@ bool cuda_available_impl() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+namespace {
+
+/// The current device's default memory pool keeps what it frees (release threshold: unlimited),
+/// so the per-layer scratch tensors of a forward pass are served from the pool instead of
+/// cudaMalloc / cudaFree, which synchronise the device.
+void keep_freed_memory_in_pool() {
+  int device = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&device));
+  static thread_local int configured_for = -1;
+  if (configured_for == device) return;
+  cudaMemPool_t pool = nullptr;
+  HYLA_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t threshold = UINT64_MAX;
+  HYLA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  configured_for = device;
+}
+
+}  // namespace
+
+// Stream-ordered on the legacy default stream, which every kernel launch and device_copy of Hyla
+// is ordered with: a buffer freed here is reused only by work queued after the free.
 void* cuda_alloc(size_t bytes) {
+  keep_freed_memory_in_pool();
   void* p = nullptr;
-  HYLA_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
+  HYLA_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, cudaStreamLegacy));
   return p;
 }
 
-void cuda_free(void* ptr) { HYLA_CUDA_CHECK(cudaFree(ptr)); }
+void cuda_free(void* ptr) { HYLA_CUDA_CHECK(cudaFreeAsync(ptr, cudaStreamLegacy)); }
 
 void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes) {
   const cudaMemcpyKind kind = dst_cuda

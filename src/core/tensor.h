@@ -70,6 +70,15 @@ class TensorView {
     return static_cast<T*>(data_);
   }
 
+  /// Typed pointer for host code: as data<T>(), and aborts when the view is on a CUDA device (a
+  /// host dereference of device memory is a programming error that would otherwise segfault).
+  template <typename T>
+  T* host() const {
+    HYLA_CHECK(device_.is_cpu(), "TensorView::host<", dtype_name(DTypeOf<T>::value), "> on a ",
+               device_.is_cuda() ? "CUDA" : "non-host", " tensor ", shape_string());
+    return data<T>();
+  }
+
   /// View of index i along dimension 0 (drops that dimension).
   TensorView select(int64_t i) const;
   /// View of rows [begin, end) along dimension 0.
@@ -112,6 +121,10 @@ class Tensor {
   template <typename T>
   T* data() const {
     return view_.data<T>();
+  }
+  template <typename T>
+  T* host() const {
+    return view_.host<T>();
   }
   DType dtype() const { return view_.dtype(); }
   Device device() const { return view_.device(); }
