@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "model/architecture.h"
@@ -210,6 +211,73 @@ TEST(ModelLoadingTest, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
   Result<Tensor> lc = c.value()->forward(ids, sc);
   ASSERT_TRUE(lc.ok());
   EXPECT_NE(testing::to_f64(la.value()), testing::to_f64(lc.value()));
+}
+
+// transformers 5 saves routed experts fused per layer: experts.gate_up_proj [E, 2I, hidden] (gate
+// rows then up rows of each expert) and experts.down_proj [E, hidden, I]. Both layouts load to the
+// same model.
+TEST(ModelLoadingTest, FusedExpertsLoadAsPerExpert) {
+  CheckpointCopy per_expert("qwen3_5_moe"), fused("qwen3_5_moe");
+  int fused_layers = 0;
+  fused.rewrite_weights([&](auto& tensors) {
+    std::map<std::string, std::map<int, std::map<std::string, Tensor>>> experts;  // layer prefix
+    std::erase_if(tensors, [&](const auto& entry) {
+      const std::string& name = entry.first;
+      const size_t at = name.find("mlp.experts.");
+      if (at == std::string::npos) return false;
+      const std::string rest = name.substr(at + 12);  // "<e>.<proj>.weight"
+      const size_t dot = rest.find('.');
+      experts[name.substr(0, at + 12)][std::stoi(rest.substr(0, dot))]
+             [rest.substr(dot + 1, rest.find('.', dot + 1) - dot - 1)] = entry.second;
+      return true;
+    });
+    for (auto& [prefix, by_expert] : experts) {
+      const int64_t E = int64_t(by_expert.size());
+      const Tensor& g0 = by_expert.at(0).at("gate_proj");
+      const Tensor& d0 = by_expert.at(0).at("down_proj");
+      const int64_t I = g0.size(0), H = g0.size(1);
+      const int64_t es = dtype_size(g0.dtype());
+      Tensor gate_up = Tensor::empty({E, 2 * I, H}, g0.dtype());
+      Tensor down = Tensor::empty({E, H, I}, d0.dtype());
+      char* gu = static_cast<char*>(gate_up.view().raw());
+      char* dn = static_cast<char*>(down.view().raw());
+      for (int64_t e = 0; e < E; ++e) {
+        const auto& m = by_expert.at(int(e));
+        std::memcpy(gu + (2 * e) * I * H * es, m.at("gate_proj").view().raw(), size_t(I * H * es));
+        std::memcpy(gu + (2 * e + 1) * I * H * es, m.at("up_proj").view().raw(),
+                    size_t(I * H * es));
+        std::memcpy(dn + e * H * I * es, m.at("down_proj").view().raw(), size_t(H * I * es));
+      }
+      tensors.emplace_back(prefix + "gate_up_proj", gate_up);
+      tensors.emplace_back(prefix + "down_proj", down);
+      ++fused_layers;
+    }
+  });
+  ASSERT_GT(fused_layers, 0) << "qwen3_5_moe has no routed experts to fuse";
+  Result<std::unique_ptr<Model>> a = load_model(per_expert.dir.path());
+  Result<std::unique_ptr<Model>> b = load_model(fused.dir.path());
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  const std::vector<int32_t> ids = {5, 17, 300, 2, 511, 42};
+  SequenceState sa = a.value()->new_sequence(8), sb = b.value()->new_sequence(8);
+  Result<Tensor> la = a.value()->forward(ids, sa), lb = b.value()->forward(ids, sb);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  EXPECT_EQ(testing::to_f64(la.value()), testing::to_f64(lb.value()));  // same weights, same math
+}
+
+// A fused checkpoint whose down_proj has the wrong shape is named with both shapes.
+TEST(ModelLoadingTest, MisShapedFusedExpertsAreNamed) {
+  CheckpointCopy fused("qwen3_5_moe");
+  fused.rewrite_weights([&](auto& tensors) {
+    std::erase_if(tensors,
+                  [](const auto& e) { return e.first.find("mlp.experts.") != std::string::npos; });
+    tensors.emplace_back("model.layers.0.mlp.experts.gate_up_proj",
+                         Tensor::zeros({2, 2, 2}, DType::kF32));
+  });
+  Result<std::unique_ptr<Model>> m = load_model(fused.dir.path());
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("model.layers.0.mlp.experts.gate_up_proj"), std::string::npos)
+      << m.status().message();
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // Everything else: (1 + w) RMSNorms, gated full attention every 4th layer with partial RoPE.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -193,7 +194,13 @@ void swiglu_specs(const std::string& p, int64_t hidden, int64_t inter, WeightRol
   out.push_back({p + "down_proj.weight", {hidden, inter}, role, i});
 }
 
-void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
+/// How a checkpoint stores routed experts: one gate/up/down triple per expert (HF's per-expert
+/// modules), or fused per layer as transformers 5 saves them: experts.gate_up_proj [E, 2I, hidden]
+/// (each expert's gate rows, then its up rows) and experts.down_proj [E, hidden, I].
+enum class ExpertLayout { kPerExpert, kFused };
+
+void mlp_specs(const ModelConfig& c, int64_t i, ExpertLayout experts,
+               std::vector<WeightSpec>& out) {
   const std::string p = layer_prefix(i) + "mlp.";
   const int64_t hidden = c.hidden_size;
   if (c.mlps[size_t(i)] == MlpKind::kDense) {
@@ -202,9 +209,20 @@ void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
   }
   const MoeConfig& m = c.moe;
   out.push_back({p + "gate.weight", {m.num_experts, hidden}, WeightRole::kRouter, i});
-  for (int64_t e = 0; e < m.num_experts; ++e)
-    swiglu_specs(str_cat(p, "experts.", e, "."), hidden, m.expert_intermediate,
-                 WeightRole::kExperts, i, out);
+  if (experts == ExpertLayout::kFused) {
+    out.push_back({p + "experts.gate_up_proj",
+                   {m.num_experts, 2 * m.expert_intermediate, hidden},
+                   WeightRole::kExperts,
+                   i});
+    out.push_back({p + "experts.down_proj",
+                   {m.num_experts, hidden, m.expert_intermediate},
+                   WeightRole::kExperts,
+                   i});
+  } else {
+    for (int64_t e = 0; e < m.num_experts; ++e)
+      swiglu_specs(str_cat(p, "experts.", e, "."), hidden, m.expert_intermediate,
+                   WeightRole::kExperts, i, out);
+  }
   if (m.shared_intermediate > 0) {
     swiglu_specs(p + "shared_expert.", hidden, m.shared_intermediate, WeightRole::kSharedExperts, i,
                  out);
@@ -212,7 +230,7 @@ void mlp_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
   }
 }
 
-std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
+std::vector<WeightSpec> qwen_weights_with(const ModelConfig& c, ExpertLayout experts) {
   const QwenVariant v = variant_of(c);
   std::vector<WeightSpec> out;
   out.push_back(
@@ -229,11 +247,36 @@ std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
                    {c.hidden_size},
                    WeightRole::kNorm,
                    i});
-    mlp_specs(c, i, out);
+    mlp_specs(c, i, experts, out);
   }
   out.push_back({"model.norm.weight", {c.hidden_size}, WeightRole::kNorm});
   if (!c.tie_word_embeddings)
     out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, WeightRole::kLmHead});
+  return out;
+}
+
+/// The mapping table as Hugging Face's per-expert modules name it (what `hyla inspect` lists).
+std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
+  return qwen_weights_with(c, ExpertLayout::kPerExpert);
+}
+
+/// Fused when the first MoE layer stores experts.gate_up_proj.
+ExpertLayout expert_layout_of(const ModelConfig& c, const Checkpoint& ckpt) {
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    if (c.mlps[size_t(i)] == MlpKind::kMoe)
+      return ckpt.find(layer_prefix(i) + "mlp.experts.gate_up_proj") != nullptr
+                 ? ExpertLayout::kFused
+                 : ExpertLayout::kPerExpert;
+  return ExpertLayout::kPerExpert;
+}
+
+/// Block e of a [E, rows, cols] tensor as a new [rows, cols] tensor.
+Tensor take_block(const Tensor& t, int64_t e) {
+  const int64_t rows = t.size(1), cols = t.size(2);
+  Tensor out = Tensor::empty({rows, cols}, t.dtype());
+  const int64_t bytes = rows * cols * dtype_size(t.dtype());
+  std::memcpy(out.view().raw(), static_cast<const char*>(t.view().raw()) + e * bytes,
+              size_t(bytes));
   return out;
 }
 
@@ -242,8 +285,9 @@ std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
 /// Loads tensors by the names of the mapping table (which check_checkpoint has validated).
 class QwenLoader {
  public:
-  QwenLoader(const ModelConfig& c, const Checkpoint& ckpt) : c_(c), ckpt_(ckpt) {
-    for (const WeightSpec& s : qwen_weights(c)) shapes_.emplace(s.name, s.shape);
+  QwenLoader(const ModelConfig& c, const Checkpoint& ckpt, ExpertLayout experts)
+      : c_(c), ckpt_(ckpt), experts_(experts) {
+    for (const WeightSpec& s : qwen_weights_with(c, experts)) shapes_.emplace(s.name, s.shape);
   }
   Result<Tensor> get(const std::string& name) const {
     auto it = shapes_.find(name);
@@ -319,9 +363,16 @@ class QwenLoader {
     const std::string p = layer_prefix(i) + "mlp.";
     MoeWeights w;
     HYLA_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight"));
-    for (int64_t e = 0; e < c_.moe.num_experts; ++e) {
-      HYLA_ASSIGN_OR_RETURN(DenseMlpWeights expert, swiglu(str_cat(p, "experts.", e, ".")));
-      w.experts.push_back(std::move(expert));
+    if (experts_ == ExpertLayout::kFused) {
+      HYLA_ASSIGN_OR_RETURN(Tensor gate_up, get(p + "experts.gate_up_proj"));
+      HYLA_ASSIGN_OR_RETURN(Tensor down, get(p + "experts.down_proj"));
+      for (int64_t e = 0; e < c_.moe.num_experts; ++e)
+        w.experts.push_back({.gate_up = take_block(gate_up, e), .down = take_block(down, e)});
+    } else {
+      for (int64_t e = 0; e < c_.moe.num_experts; ++e) {
+        HYLA_ASSIGN_OR_RETURN(DenseMlpWeights expert, swiglu(str_cat(p, "experts.", e, ".")));
+        w.experts.push_back(std::move(expert));
+      }
     }
     if (c_.moe.shared_intermediate > 0) {
       HYLA_ASSIGN_OR_RETURN(w.shared, swiglu(p + "shared_expert."));
@@ -333,12 +384,14 @@ class QwenLoader {
  private:
   const ModelConfig& c_;
   const Checkpoint& ckpt_;
+  ExpertLayout experts_;
   std::map<std::string, std::vector<int64_t>> shapes_;
 };
 
 Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& c, const Checkpoint& ckpt) {
-  HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, qwen_weights(c)));
-  const QwenLoader load(c, ckpt);
+  const ExpertLayout experts = expert_layout_of(c, ckpt);
+  HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, qwen_weights_with(c, experts)));
+  const QwenLoader load(c, ckpt, experts);
   return assemble_model(
       c, [&](const std::string& name) { return load.get(name); },
       [&](int64_t i, DecoderLayer& layer) -> Status {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs on the H200 device machine (see .library/device): the whole model on the GPU.
+#   bash tools/gpu/model.sh [tests|demo|ckpt|bench|llama-build|llama-bench|all]...   (default: tests demo)
+# tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
+# embedded demo model. ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
+# tokenizer from third_party_peer/qwen3_tokenizer) into $WORK/bench-ckpt (kept while the machine is warm).
+# bench: `hyla bench` on it (table + JSON). llama-build: llama.cpp from third_party_peer/llamacpp.tar.gz and
+# its GGUF conversion of the checkpoint (../shared/tools/llamacpp_side_by_side.sh build convert, ~6 min);
+# llama-bench: its benchmark rows (side_by_side.sh bench), to run in the same call as bench.
+# Everything printed goes to $OUT/summary.txt; logs of failing steps are printed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+OUT=${OUT:-/tmp/hyla_out}
+WORK=${WORK:-/tmp/hyla_work}
+LOGS=${LOGS:-$WORK/logs}
+# ../shared does not travel to the device: the two scripts of ../shared/tools are carried in
+# third_party_peer/tools (git-ignored; carry third_party_peer).
+SHARED=${SHARED:-third_party_peer}
+mkdir -p "$OUT" "$WORK" "$LOGS"
+exec > >(tee "$OUT/summary.txt") 2>&1
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests demo)
+want() { [[ " ${steps[*]} " == *" $1 "* ]] || [[ " ${steps[*]} " == *" all "* ]]; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader
+echo "git there: $(git rev-parse --short HEAD 2>/dev/null), $(git status --short 2>/dev/null | wc -l) changed paths"
+start=$SECONDS
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON -DHYLA_BENCH=OFF \
+  -DCMAKE_CUDA_ARCHITECTURES=90a > "$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
+targets=(hyla_cli)
+want tests && targets+=(hyla_gpu_tests)
+cmake --build build-gpu -j 16 --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
+  { grep -E "error" -A5 "$LOGS/build.log" | head -80; exit 1; }
+echo "build: $((SECONDS - start)) s"
+hyla=./build-gpu/bin/hyla
+if want tests; then
+  t=$SECONDS
+  (cd build-gpu && timeout 400 ctest -L gpu --output-on-failure -j 4 > "$OUT/gpu_tests.log" 2>&1)
+  echo "gpu tests: $((SECONDS - t)) s"
+  grep -E "tests passed|Failed|FAILED|\*\*\*|Skipped" "$OUT/gpu_tests.log" | head -40
+fi
+if want demo; then
+  echo "== demo on the GPU"
+  timeout 120 $hyla generate --device cuda --max-new-tokens 48 --verbose "It was a bright cold morning, and" 2>&1 | tail -8
+  echo "== demo on the CPU (same prompt, for the tokens)"
+  timeout 120 $hyla generate --device cpu --max-new-tokens 48 "It was a bright cold morning, and" 2>&1 | tail -3
+fi
+ckpt=$WORK/bench-ckpt
+if want ckpt && [[ ! -f $ckpt/config.json ]]; then
+  t=$SECONDS
+  python3 "$SHARED/tools/make_bench_checkpoint.py" --out "$ckpt" --tokenizer-dir third_party_peer/qwen3_tokenizer \
+    > "$LOGS/ckpt.log" 2>&1 || { tail -20 "$LOGS/ckpt.log"; }
+  echo "checkpoint: $((SECONDS - t)) s, $(du -sh "$ckpt" | cut -f1)"
+fi
+if want llama-build; then
+  bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" "$WORK/llama" \
+    "$OUT/llamacpp.json" build convert
+fi
+if want bench; then
+  echo "== hyla bench"
+  timeout 420 $hyla bench --model "$ckpt" --device cuda --json "$OUT/hyla_bench.json" 2>&1 | tail -30
+fi
+if want llama-bench; then
+  echo "== llama.cpp"
+  timeout 300 bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" "$WORK/llama" \
+    "$OUT/llamacpp.json" bench
+fi
