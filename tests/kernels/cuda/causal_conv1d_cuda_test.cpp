@@ -115,10 +115,10 @@ TEST(CausalConv1dCudaTest, PrefillMatchesCpu) {
     // Pool of 2B + 1 slots in random order: sequence b reads ids[b] (one of them -1 when there
     // are initial states) and writes it in place (even b), writes a fresh slot ids[B + b] (odd b)
     // or nothing (b = 3); slot ids[2B] is never touched.
-    std::vector<int32_t> ids(size_t(2 * B + 1));
+    std::vector<int32_t> ids(static_cast<size_t>(2 * B + 1));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
-    std::vector<int32_t> initial(size_t(B)), final(size_t(B));
+    std::vector<int32_t> initial(static_cast<size_t>(B)), final(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       initial[size_t(b)] = c.initial && b != 1 ? ids[size_t(b)] : -1;
       final[size_t(b)] = b == 3 ? -1 : b % 2 == 0 ? ids[size_t(b)] : ids[size_t(B + b)];
@@ -195,7 +195,7 @@ TEST(CausalConv1dCudaTest, UpdateMatchesCpuAndSkipsPadding) {
     std::mt19937 rng(seed);
     const int64_t B = c.B, D = c.D, K = c.K, slots = B + 3;
     // B distinct slots out of B + 3 in random order, one of them -1 (padding) when B > 1
-    std::vector<int32_t> ids(size_t(slots));
+    std::vector<int32_t> ids(static_cast<size_t>(slots));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
     ids.resize(size_t(B));
@@ -249,10 +249,19 @@ TEST(CausalConv1dCudaTest, IndexTensorsMustLiveOnTheDevice) {
   const Tensor pool = on_gpu(testing::random_uniform({3, 16, 3}, kF32, rng));
   const Tensor y = testing::poisoned_gpu({4, 16}, kF32);
   const Tensor cu_host = testing::int32_tensor({0, 1, 4});
-  CausalConv1dParams p{.x = x, .weight = w, .cu_seqlens = cu_host, .y = y};
+  CausalConv1dParams p;
+  p.x = x;
+  p.weight = w;
+  p.cu_seqlens = cu_host;
+  p.y = y;
   EXPECT_ERROR_CONTAINS(causal_conv1d(p), "causal_conv1d: cu_seqlens is on cpu, expected cuda:0");
   const Tensor slots_host = testing::int32_tensor({0, 1, 2, -1});
-  CausalConv1dUpdateParams u{.x = x, .weight = w, .conv_state = pool, .slots = slots_host, .y = y};
+  CausalConv1dUpdateParams u;
+  u.x = x;
+  u.weight = w;
+  u.conv_state = pool;
+  u.slots = slots_host;
+  u.y = y;
   EXPECT_ERROR_CONTAINS(causal_conv1d_update(u),
                         "causal_conv1d_update: slots is on cpu, expected cuda:0");
 }

@@ -128,10 +128,10 @@ TEST(GatedDeltaRuleRecurrentCudaTest, MatchesCpu) {
     // Pool of 2B + 1 slots in random order: sequence b reads ids[b] (-1 for b = 1) and writes it
     // in place (even b), writes a fresh slot ids[B + b] (odd b) or nothing (b = 3); slot ids[2B]
     // is never touched.
-    std::vector<int32_t> ids(size_t(2 * B + 1));
+    std::vector<int32_t> ids(static_cast<size_t>(2 * B + 1));
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
-    std::vector<int32_t> initial(size_t(B)), final(size_t(B));
+    std::vector<int32_t> initial(static_cast<size_t>(B)), final(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       initial[size_t(b)] = b == 1 ? -1 : ids[size_t(b)];
       final[size_t(b)] = b == 3 ? -1 : b % 2 == 0 ? ids[size_t(b)] : ids[size_t(B + b)];
