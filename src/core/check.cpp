@@ -80,14 +80,16 @@ Status check_contiguous(std::string_view op, std::string_view name, const Tensor
                           ", expected ", contiguous_strides_string(t));
 }
 
-Status check_cu_seqlens(std::string_view op, const TensorView& cu, int64_t total_tokens) {
+Status check_cu_seqlens(std::string_view op, const TensorView& cu, int64_t total_tokens,
+                        Device device) {
   HYLA_RETURN_IF_ERROR(check_shape(op, "cu_seqlens", cu, {kAnyDim}, "B+1"));
   HYLA_RETURN_IF_ERROR(check_dtype(op, "cu_seqlens", cu, {DType::kI32}));
-  HYLA_RETURN_IF_ERROR(check_device(op, "cu_seqlens", cu, Device::cpu()));
+  HYLA_RETURN_IF_ERROR(check_device(op, "cu_seqlens", cu, device));
   if (cu.size(0) < 2)
     return invalid_argument(op, ": cu_seqlens has ", cu.size(0), " entries, expected at least 2",
                             " (B + 1 with B >= 1)");
-  const int32_t* c = cu.data<int32_t>();
+  if (!device.is_cpu()) return ok_status();  // values not read on device calls
+  const int32_t* c = cu.host<int32_t>();
   const int64_t s = cu.stride(0);
   if (c[0] != 0) return invalid_argument(op, ": cu_seqlens[0] is ", c[0], ", expected 0");
   for (int64_t b = 1; b < cu.size(0); ++b) {
@@ -103,11 +105,12 @@ Status check_cu_seqlens(std::string_view op, const TensorView& cu, int64_t total
 }
 
 Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
-                   int64_t batch, int64_t num_slots) {
+                   int64_t batch, int64_t num_slots, Device device) {
   HYLA_RETURN_IF_ERROR(check_shape(op, name, slots, {batch}, "B"));
   HYLA_RETURN_IF_ERROR(check_dtype(op, name, slots, {DType::kI32}));
-  HYLA_RETURN_IF_ERROR(check_device(op, name, slots, Device::cpu()));
-  const int32_t* p = slots.data<int32_t>();
+  HYLA_RETURN_IF_ERROR(check_device(op, name, slots, device));
+  if (!device.is_cpu()) return ok_status();  // values not read on device calls
+  const int32_t* p = slots.host<int32_t>();
   for (int64_t b = 0; b < batch; ++b) {
     const int32_t s = p[b * slots.stride(0)];
     if (s < -1 || s >= num_slots)
@@ -140,13 +143,17 @@ Status check_in_place(std::string_view op, std::string_view out_name, const Tens
 
 namespace {
 int32_t slot_at(const TensorView& slots, int64_t b) {
-  return slots.data<int32_t>()[b * slots.stride(0)];
+  return slots.host<int32_t>()[b * slots.stride(0)];
 }
 }  // namespace
 
 Status check_slot_ownership(std::string_view op, const TensorView& read_slots,
                             std::string_view read_name, const TensorView& write_slots,
                             std::string_view write_name, int64_t num_slots) {
+  const auto in_device_memory = [](const TensorView& t) {
+    return t.defined() && !t.device().is_cpu();
+  };
+  if (in_device_memory(read_slots) || in_device_memory(write_slots)) return ok_status();
   std::vector<int64_t> writer(size_t(num_slots), -1);
   if (write_slots.defined()) {
     for (int64_t b = 0; b < write_slots.size(0); ++b) {

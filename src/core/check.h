@@ -26,12 +26,17 @@ Status check_last_dim_contiguous(std::string_view op, std::string_view name, con
 /// `t` must be fully contiguous.
 Status check_contiguous(std::string_view op, std::string_view name, const TensorView& t);
 
-/// Validates packed-varlen sequence offsets: int32 [B+1], cu[0] == 0, non-decreasing,
-/// cu[B] == total_tokens. Host-readable (CPU) tensors only.
-Status check_cu_seqlens(std::string_view op, const TensorView& cu_seqlens, int64_t total_tokens);
-/// Validates int32 [B] slot ids: each in [0, num_slots) or -1 (skip).
+// Index tensors (cu_seqlens, slots) live on the kernel's `device`. Their values are read here
+// only when that is the CPU: a CUDA call is not synchronised to copy them back, and its body
+// trusts them (the caller built them on the host and checked them there, or computed them).
+
+/// Validates packed-varlen sequence offsets: int32 [B+1] on `device`; on the CPU also cu[0] == 0,
+/// non-decreasing, cu[B] == total_tokens.
+Status check_cu_seqlens(std::string_view op, const TensorView& cu_seqlens, int64_t total_tokens,
+                        Device device = Device::cpu());
+/// Validates int32 [B] slot ids on `device`; on the CPU also each in [0, num_slots) or -1 (skip).
 Status check_slots(std::string_view op, std::string_view name, const TensorView& slots,
-                   int64_t batch, int64_t num_slots);
+                   int64_t batch, int64_t num_slots, Device device = Device::cpu());
 
 /// A scalar parameter (eps, theta, a scale) must be finite and > 0; `why`, when given, ends the
 /// message in parentheses ("keeps zero rows finite").
@@ -46,7 +51,8 @@ Status check_in_place(std::string_view op, std::string_view out_name, const Tens
 /// Every slot in `write_slots` is written by one sequence only, and no sequence reads (through
 /// `read_slots`) a slot another sequence writes: parallel kernel bodies visit sequences in any
 /// order, so either would make the result depend on that order. Either array may be undefined;
-/// both must already have passed check_slots.
+/// both must already have passed check_slots. Slot arrays in device memory are not read (see
+/// above): the check passes for them.
 Status check_slot_ownership(std::string_view op, const TensorView& read_slots,
                             std::string_view read_name, const TensorView& write_slots,
                             std::string_view write_name, int64_t num_slots);

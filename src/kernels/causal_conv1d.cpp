@@ -48,7 +48,8 @@ Status check_conv_tensors(std::string_view op, const TensorView& x, const Tensor
 Status check_causal_conv1d(const CausalConv1dParams& p) {
   constexpr std::string_view op = "causal_conv1d";
   HYLA_RETURN_IF_ERROR(check_conv_tensors(op, p.x, p.weight, p.bias, p.conv_state, p.y, "T"));
-  HYLA_RETURN_IF_ERROR(check_cu_seqlens(op, p.cu_seqlens, p.x.size(0)));
+  const Device device = p.x.device();
+  HYLA_RETURN_IF_ERROR(check_cu_seqlens(op, p.cu_seqlens, p.x.size(0), device));
   const int64_t B = p.cu_seqlens.size(0) - 1;
   const bool uses_pool = p.initial_slots.defined() || p.final_slots.defined();
   if (!uses_pool) return ok_status();
@@ -57,9 +58,9 @@ Status check_causal_conv1d(const CausalConv1dParams& p) {
                             "initial_slots / final_slots index");
   const int64_t num_slots = p.conv_state.size(0);
   if (p.initial_slots.defined())
-    HYLA_RETURN_IF_ERROR(check_slots(op, "initial_slots", p.initial_slots, B, num_slots));
+    HYLA_RETURN_IF_ERROR(check_slots(op, "initial_slots", p.initial_slots, B, num_slots, device));
   if (p.final_slots.defined())
-    HYLA_RETURN_IF_ERROR(check_slots(op, "final_slots", p.final_slots, B, num_slots));
+    HYLA_RETURN_IF_ERROR(check_slots(op, "final_slots", p.final_slots, B, num_slots, device));
   return check_slot_ownership(op, p.initial_slots, "initial_slots", p.final_slots, "final_slots",
                               num_slots);
 }
@@ -70,24 +71,38 @@ Status check_causal_conv1d_update(const CausalConv1dUpdateParams& p) {
   if (!p.conv_state.defined())
     return invalid_argument(op, ": conv_state is missing, expected the [slots, D, K-1] pool");
   const int64_t B = p.x.size(0), num_slots = p.conv_state.size(0);
-  HYLA_RETURN_IF_ERROR(check_slots(op, "slots", p.slots, B, num_slots));
+  HYLA_RETURN_IF_ERROR(check_slots(op, "slots", p.slots, B, num_slots, p.x.device()));
   return check_slot_ownership(op, TensorView(), "slots", p.slots, "slots", num_slots);
 }
 
 }  // namespace
 
-Status causal_conv1d(const CausalConv1dParams& p, Stream) {
+Status causal_conv1d(const CausalConv1dParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_causal_conv1d(p));
-  if (p.x.device().is_cuda()) return unsupported("causal_conv1d: no CUDA body yet");
-  cpu::causal_conv1d(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::causal_conv1d(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::causal_conv1d(p, stream);
+#else
+  (void)stream;
+  return unsupported("causal_conv1d: this build has no CUDA support");
+#endif
 }
 
-Status causal_conv1d_update(const CausalConv1dUpdateParams& p, Stream) {
+Status causal_conv1d_update(const CausalConv1dUpdateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_causal_conv1d_update(p));
-  if (p.x.device().is_cuda()) return unsupported("causal_conv1d_update: no CUDA body yet");
-  cpu::causal_conv1d_update(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::causal_conv1d_update(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::causal_conv1d_update(p, stream);
+#else
+  (void)stream;
+  return unsupported("causal_conv1d_update: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

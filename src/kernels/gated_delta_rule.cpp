@@ -56,7 +56,7 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
 
-  HYLA_RETURN_IF_ERROR(check_cu_seqlens(op, p.cu_seqlens, T));
+  HYLA_RETURN_IF_ERROR(check_cu_seqlens(op, p.cu_seqlens, T, device));
   const int64_t B = p.cu_seqlens.size(0) - 1;
   const bool uses_pool = p.initial_slots.defined() || p.final_slots.defined();
   if (uses_pool) {
@@ -67,9 +67,9 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
     HYLA_RETURN_IF_ERROR(check_device(op, "state_pool", p.state_pool, device));
     const int64_t slots = p.state_pool.size(0);
     if (p.initial_slots.defined())
-      HYLA_RETURN_IF_ERROR(check_slots(op, "initial_slots", p.initial_slots, B, slots));
+      HYLA_RETURN_IF_ERROR(check_slots(op, "initial_slots", p.initial_slots, B, slots, device));
     if (p.final_slots.defined())
-      HYLA_RETURN_IF_ERROR(check_slots(op, "final_slots", p.final_slots, B, slots));
+      HYLA_RETURN_IF_ERROR(check_slots(op, "final_slots", p.final_slots, B, slots, device));
     HYLA_RETURN_IF_ERROR(check_slot_ownership(op, p.initial_slots, "initial_slots", p.final_slots,
                                               "final_slots", slots));
   }
@@ -97,13 +97,18 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
   return ok_status();
 }
 
-Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream) {
+Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/false));
-  if (p.q.device().is_cuda())
-    return unsupported(
-        "gated_delta_rule_recurrent: no CUDA body yet (CUDA decode kernels: issue 4)");
-  cpu::gated_delta_rule_recurrent(p);
-  return ok_status();
+  if (p.q.device().is_cpu()) {
+    cpu::gated_delta_rule_recurrent(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::gated_delta_rule_recurrent(p, stream);
+#else
+  (void)stream;
+  return unsupported("gated_delta_rule_recurrent: this build has no CUDA support");
+#endif
 }
 
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream) {

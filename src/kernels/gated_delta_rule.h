@@ -29,15 +29,18 @@ struct GatedDeltaRuleParams {
   /// Log-space decay, f32, g <= 0: [T, HV] for GDN (scalar gate) or [T, HV, d_k] for KDA
   /// (per-channel gate). The rank selects the variant.
   TensorView g;
-  TensorView beta;        ///< [T, HV] f32, write strength in [0, 1]
-  TensorView cu_seqlens;  ///< [B+1] i32, host; sequence b is tokens [cu[b], cu[b+1])
+  TensorView beta;  ///< [T, HV] f32, write strength in [0, 1]
+  /// [B+1] i32 on q's device (values checked on CPU calls only); sequence b is tokens
+  /// [cu[b], cu[b+1])
+  TensorView cu_seqlens;
 
   /// [slots, HV, d_v, d_k] f32|bf16 (fp32 by default). Needed iff a slot array is given.
   TensorView state_pool;
-  /// Optional [B] i32, host: pool slot holding sequence b's initial state; -1 (or absent) = zeros.
+  /// Optional [B] i32 on q's device: pool slot holding sequence b's initial state; -1 (or absent)
+  /// = zeros.
   TensorView initial_slots;
-  /// Optional [B] i32, host: pool slot that receives sequence b's final state (in place; may equal
-  /// the initial slot); -1 = skip. Absent = commit nothing (speculative verify).
+  /// Optional [B] i32 on q's device: pool slot that receives sequence b's final state (in place;
+  /// may equal the initial slot); -1 = skip. Absent = commit nothing (speculative verify).
   TensorView final_slots;
 
   bool use_qk_l2norm = true;  ///< l2-normalise q and k over d_k inside the kernel (eps 1e-6)
@@ -81,5 +84,10 @@ namespace cpu {
 void gated_delta_rule_recurrent(const GatedDeltaRuleParams& p);
 void gated_delta_rule_chunk(const GatedDeltaRuleParams& p);
 }  // namespace cpu
+
+namespace cuda {
+/// d_k <= 256, any d_v (cuda/gated_delta_rule_recurrent.cu).
+Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream);
+}  // namespace cuda
 
 }  // namespace hyla::kernels

@@ -20,6 +20,33 @@ Status check_index(std::string_view op, std::string_view name, const TensorView&
   return check_contiguous(op, name, t);
 }
 
+/// qkv, a, b, norm_gate: contiguous, or a row-strided view (the model's narrow views of one fused
+/// projection [T, total]): rows (dim 0) any distance apart, contiguous within a row, and every row
+/// starting 16-byte aligned (the vector loads of the CUDA kernels; a stride multiply per row).
+Status check_rows(std::string_view op, std::string_view name, const TensorView& t) {
+  if (t.is_contiguous()) return ok_status();
+  int64_t row_elems = 1;
+  for (int d = t.ndim() - 1; d >= 1; --d) {
+    if (t.size(d) != 1 && t.stride(d) != row_elems)
+      return invalid_argument(op, ": ", name, " ", t.shape_string(),
+                              " must be contiguous within a row (only its rows may be strided): ",
+                              "dim ", d, " has stride ", t.stride(d), ", expected ", row_elems);
+    row_elems *= t.size(d);
+  }
+  if (t.stride(0) < row_elems)
+    return invalid_argument(op, ": ", name, " ", t.shape_string(), " has row stride ", t.stride(0),
+                            ", expected at least the row's ", row_elems,
+                            " elements (rows may not overlap)");
+  const int64_t row_bytes = t.stride(0) * dtype_size(t.dtype());
+  const auto start = reinterpret_cast<uintptr_t>(t.raw());
+  if (start % 16 != 0 || row_bytes % 16 != 0)
+    return invalid_argument(op, ": ", name, " is a row-strided view whose rows do not start ",
+                            "16-byte aligned (first row at address % 16 = ", start % 16, ", rows ",
+                            row_bytes, " bytes apart); expected 16-byte aligned rows ",
+                            "or a contiguous tensor");
+  return ok_status();
+}
+
 /// Geometry shared by decode and commit, read off state_pool [slots, HV, d_v, d_k] and
 /// qkv [B T, conv_dim].
 struct StepGeometry {
@@ -108,7 +135,7 @@ Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
   const Device device = p.qkv.device();
   for (const auto& [name, t] : {std::pair{"qkv", &p.qkv}, {"a", &p.a}, {"b", &p.b}, {"o", &p.o}}) {
     HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32, DType::kBF16}));
-    HYLA_RETURN_IF_ERROR(check_contiguous(op, name, *t));
+    HYLA_RETURN_IF_ERROR(t == &p.o ? check_contiguous(op, name, *t) : check_rows(op, name, *t));
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
   for (const auto& [name, t] :
@@ -141,7 +168,7 @@ Status check_gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
     HYLA_RETURN_IF_ERROR(
         check_shape(op, "norm_gate", p.norm_gate, {B * T, HV, d_v}, "B T, HV, d_v"));
     HYLA_RETURN_IF_ERROR(check_dtype(op, "norm_gate", p.norm_gate, {DType::kF32, DType::kBF16}));
-    HYLA_RETURN_IF_ERROR(check_contiguous(op, "norm_gate", p.norm_gate));
+    HYLA_RETURN_IF_ERROR(check_rows(op, "norm_gate", p.norm_gate));
     HYLA_RETURN_IF_ERROR(check_device(op, "norm_gate", p.norm_gate, device));
     if (!(p.norm_eps > 0.0f)) return invalid_argument(op, ": norm_eps must be > 0");
   }
@@ -189,7 +216,7 @@ Status check_gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p) {
                                 {"state_pool", &p.state_pool},
                                 {"step_states", &p.step_states}}) {
     HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32, DType::kBF16}));
-    HYLA_RETURN_IF_ERROR(check_contiguous(op, name, *t));
+    HYLA_RETURN_IF_ERROR(t == &p.qkv ? check_rows(op, name, *t) : check_contiguous(op, name, *t));
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
   HYLA_RETURN_IF_ERROR(check_index(op, "slots", p.slots, B, device));

@@ -29,6 +29,8 @@ struct GatedDeltaRuleDecodeParams {
   int64_t tokens_per_seq = 1;  ///< T, in [1, kMaxDecodeTokens]
   /// [B T, conv_dim] f32|bf16, rows b T + t: the projected channels before the conv, in the order
   /// [q (H d_k) | k (H d_k) | v (HV d_v)]; conv_dim = 2 H d_k + HV d_v.
+  /// qkv, a, b and norm_gate may be row-strided views (e.g. narrow views of one fused projection
+  /// [B T, total]): contiguous within a row, each row starting 16-byte aligned.
   TensorView qkv;
   TensorView conv_weight;  ///< [conv_dim, K] f32; w[c, K-1] multiplies the newest token
   TensorView conv_state;   ///< [slots, conv_dim, K-1] f32|bf16 pool, oldest input first
@@ -88,11 +90,12 @@ struct GatedDeltaRuleDecodeParams {
 /// After a verify call: install, per sequence, the state after its first accepted[b] tokens.
 struct GatedDeltaRuleCommitParams {
   int64_t tokens_per_seq = 1;  ///< T of the verify call
-  TensorView qkv;              ///< the verify call's [B T, conv_dim] (advances the conv window)
-  TensorView conv_state;       ///< [slots, conv_dim, K-1] pool, updated in place
-  TensorView step_states;      ///< the verify call's [B, T, HV, d_v, d_k]
-  TensorView state_pool;       ///< [slots, HV, d_v, d_k], updated in place
-  TensorView slots;            ///< [B] i32, -1 = skip
+  /// the verify call's [B T, conv_dim] (advances the conv window); may be row-strided as there
+  TensorView qkv;
+  TensorView conv_state;   ///< [slots, conv_dim, K-1] pool, updated in place
+  TensorView step_states;  ///< the verify call's [B, T, HV, d_v, d_k]
+  TensorView state_pool;   ///< [slots, HV, d_v, d_k], updated in place
+  TensorView slots;        ///< [B] i32, -1 = skip
   /// [B] i32 in [0, T] on the kernel's device: tokens accepted; 0 leaves both pools as they are.
   TensorView accepted;
 };

@@ -130,5 +130,32 @@ TEST(CheckTest, SlotsMessages) {
                         "gated_delta_rule_chunk: final_slots has dtype u8, expected i32");
 }
 
+// Index tensors on a CUDA device: shape, dtype and device are checked, the values are not read
+// (a CUDA call does not synchronise to copy them back). The views below point at host memory
+// holding invalid values and are labelled CUDA: reading them would report those values.
+TEST(CheckTest, DeviceIndexTensorsAreNotRead) {
+  Tensor bad_offsets = int32_tensor({3, 1, 0});
+  Tensor bad_slots = int32_tensor({7, 7, -5});
+  const TensorView cu(bad_offsets.view().raw(), DType::kI32, {3}, Device::cuda());
+  const TensorView slots(bad_slots.view().raw(), DType::kI32, {3}, Device::cuda());
+  EXPECT_OK(check_cu_seqlens(kOp, cu, 9, Device::cuda()));
+  EXPECT_OK(check_slots(kOp, "final_slots", slots, 3, 4, Device::cuda()));
+  EXPECT_OK(check_slot_ownership(kOp, slots, "initial_slots", slots, "final_slots", 4));
+  // The same values on the host are read and refused.
+  EXPECT_ERROR_CONTAINS(check_cu_seqlens(kOp, bad_offsets, 9), "cu_seqlens[0] is 3, expected 0");
+  EXPECT_ERROR_CONTAINS(check_slots(kOp, "final_slots", bad_slots, 3, 4),
+                        "final_slots[0] = 7 is outside [0, 4)");
+  // Shape, dtype and device still are checked for device calls.
+  EXPECT_ERROR_CONTAINS(check_cu_seqlens(kOp, cu, 9, Device::cpu()),
+                        "gated_delta_rule_chunk: cu_seqlens is on cuda:0, expected cpu");
+  EXPECT_ERROR_CONTAINS(check_cu_seqlens(kOp, bad_offsets, 9, Device::cuda()),
+                        "gated_delta_rule_chunk: cu_seqlens is on cpu, expected cuda:0");
+  EXPECT_ERROR_CONTAINS(check_slots(kOp, "final_slots", slots, 2, 4, Device::cuda()),
+                        "final_slots has shape [3], expected [2] (B)");
+  const TensorView one(bad_offsets.view().raw(), DType::kI32, {1}, Device::cuda());
+  EXPECT_ERROR_CONTAINS(check_cu_seqlens(kOp, one, 0, Device::cuda()),
+                        "cu_seqlens has 1 entries, expected at least 2");
+}
+
 }  // namespace
 }  // namespace hyla

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -95,6 +96,11 @@ struct DecodeTensors {
   Tensor norm_gate;    ///< [B T, HV, d_v] act (norm cases only)
   /// f32 scratch of gated_delta_rule_decode_workspace_bytes (the CUDA split kernels' workspace).
   Tensor workspace;
+  /// Optional (fuse_projection): qkv, a, b and norm_gate copied into one fused projection [B T,
+  /// total] as the model lays them out; the params then view its row-strided segments (element
+  /// offsets within a row below) instead of the four tensors, which keep giving shapes and dtype.
+  Tensor projection;
+  int64_t proj_qkv = 0, proj_a = 0, proj_b = 0, proj_gate = 0;
 
   int64_t B() const { return qkv.size(0) / T; }
 
@@ -111,13 +117,25 @@ struct DecodeTensors {
     step_states.fill_bytes(0xff);
   }
 
+  /// t itself, or its segment of the projection at `offset`: t's shape, rows projection.size(1)
+  /// elements apart, contiguous within a row.
+  TensorView in_projection(const Tensor& t, int64_t offset) const {
+    if (!projection.defined() || !t.defined()) return t;
+    int64_t stride[kMaxDims];
+    stride[t.ndim() - 1] = 1;
+    for (int d = t.ndim() - 2; d >= 1; --d) stride[d] = stride[d + 1] * t.size(d + 1);
+    stride[0] = projection.size(1);
+    char* base = static_cast<char*>(projection.view().raw()) + offset * dtype_size(t.dtype());
+    return TensorView(base, t.dtype(), t.ndim(), t.view().shape(), stride, projection.device());
+  }
+
   kernels::GatedDeltaRuleDecodeParams decode_params(bool commit) const {
     return {.tokens_per_seq = T,
-            .qkv = qkv,
+            .qkv = in_projection(qkv, proj_qkv),
             .conv_weight = conv_weight,
             .conv_state = conv_state,
-            .a = a,
-            .b = b,
+            .a = in_projection(a, proj_a),
+            .b = in_projection(b, proj_b),
             .A_log = A_log,
             .dt_bias = dt_bias,
             .lower_bound = lower_bound,
@@ -128,7 +146,7 @@ struct DecodeTensors {
             .step_states = commit ? TensorView() : step_states.view(),
             .o = o,
             .norm_weight = norm_weight,
-            .norm_gate = norm_gate,
+            .norm_gate = in_projection(norm_gate, proj_gate),
             .norm_eps = norm_eps,
             .norm_act = norm_act,
             .arrivals = {},
@@ -136,7 +154,7 @@ struct DecodeTensors {
   }
   kernels::GatedDeltaRuleCommitParams commit_params() const {
     return {.tokens_per_seq = T,
-            .qkv = qkv,
+            .qkv = in_projection(qkv, proj_qkv),
             .conv_state = conv_state,
             .step_states = step_states,
             .state_pool = state_pool,
@@ -146,9 +164,9 @@ struct DecodeTensors {
 
  private:
   std::vector<Tensor*> all() {
-    return {&qkv,         &conv_weight, &conv_state,  &a,         &b,
-            &A_log,       &dt_bias,     &state_pool,  &slots,     &accepted,
-            &step_states, &o,           &norm_weight, &norm_gate, &workspace};
+    return {&qkv,         &conv_weight, &conv_state, &a,         &b,           &A_log,
+            &dt_bias,     &state_pool,  &slots,      &accepted,  &step_states, &o,
+            &norm_weight, &norm_gate,   &workspace,  &projection};
   }
 };
 
@@ -190,6 +208,32 @@ inline DecodeTensors make_decode_tensors(const DecodeCase& c, int64_t B, int64_t
       kernels::decode_shape(t.decode_params(true)));
   t.workspace = poisoned({workspace_bytes / 4}, DType::kF32);
   return t;
+}
+
+/// Moves t's (host) qkv, a, b and norm_gate into one fused projection [B T, total], as the model's
+/// input projection holds them: segments in that order, each starting 16-byte aligned (the first
+/// one 16 bytes in), `gap` more 16-byte units between segments, bytes outside them NaN (0xff).
+inline void fuse_projection(DecodeTensors& t, int64_t gap = 1) {
+  const int64_t rows = t.qkv.size(0), elem = dtype_size(t.qkv.dtype()), unit = 16 / elem;
+  auto row_elems = [](const Tensor& x) { return x.defined() ? x.numel() / x.size(0) : 0; };
+  auto round_up = [unit](int64_t n) { return (n + unit - 1) / unit * unit; };
+  t.proj_qkv = unit;
+  t.proj_a = round_up(t.proj_qkv + row_elems(t.qkv)) + gap * unit;
+  t.proj_b = round_up(t.proj_a + row_elems(t.a)) + gap * unit;
+  t.proj_gate = round_up(t.proj_b + row_elems(t.b)) + gap * unit;
+  const int64_t total = round_up(t.proj_gate + row_elems(t.norm_gate)) + gap * unit;
+  t.projection = poisoned({rows, total}, t.qkv.dtype());
+  auto* dst = static_cast<char*>(t.projection.view().raw());
+  for (const auto& [x, offset] : {std::pair{&t.qkv, t.proj_qkv},
+                                  {&t.a, t.proj_a},
+                                  {&t.b, t.proj_b},
+                                  {&t.norm_gate, t.proj_gate}}) {
+    if (!x->defined()) continue;
+    const int64_t n = row_elems(*x);
+    const auto* src = static_cast<const char*>(x->view().raw());
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + (r * total + offset) * elem, src + r * n * elem, size_t(n * elem));
+  }
 }
 
 /// True when every byte of `t` (a host view) is 0xff: an output nothing wrote.

@@ -372,6 +372,80 @@ TEST(GatedDeltaRuleDecodeTest, PaddingSlotsAreSkipped) {
   }
 }
 
+TEST(GatedDeltaRuleDecodeTest, RowStridedInputsEqualContiguous) {
+  // qkv, a, b and norm_gate as row-strided views of one fused projection (fuse_projection: the
+  // model's layout, 16-byte aligned segments with gaps of poison) against the same values in
+  // contiguous tensors: decode, verify and commit give bitwise the same o, step states and pools.
+  constexpr int64_t B = 3, T = 2;
+  uint32_t seed = 700;
+  for (const DecodeCase& c : cpu_cases()) {
+    SCOPED_TRACE(str_cat(c.name(), "_seed", seed));
+    std::mt19937 rng(seed++);
+    const DecodeTensors host = make_decode_tensors(c, B, T, {2, -1, 0}, 4, rng);
+    DecodeTensors flat = host.to(Device::cpu()), fused = host.to(Device::cpu());
+    testing::fuse_projection(fused, /*gap=*/c.H);
+    ASSERT_FALSE(fused.decode_params(true).qkv.is_contiguous()) << "the views are not strided";
+    for (bool commit : {true, false}) {
+      SCOPED_TRACE(commit ? "decode" : "verify + commit");
+      flat.poison_outputs();
+      fused.poison_outputs();
+      ASSERT_OK(gated_delta_rule_decode(flat.decode_params(commit)));
+      ASSERT_OK(gated_delta_rule_decode(fused.decode_params(commit)));
+      EXPECT_TRUE(bitwise_equal(fused.o, flat.o)) << "o";
+      if (!commit) {
+        EXPECT_TRUE(bitwise_equal(fused.step_states, flat.step_states)) << "step states";
+        ASSERT_OK(gated_delta_rule_commit(flat.commit_params()));
+        ASSERT_OK(gated_delta_rule_commit(fused.commit_params()));
+      }
+      EXPECT_TRUE(bitwise_equal(fused.state_pool, flat.state_pool)) << "state pool";
+      EXPECT_TRUE(bitwise_equal(fused.conv_state, flat.conv_state)) << "conv pool";
+    }
+  }
+}
+
+TEST(GatedDeltaRuleDecodeTest, RowStridedInputsNeedAlignedContiguousRows) {
+  const DecodeCase c{.gate = testing::DecodeGate::kKda, .H = 1, .HV = 2, .d_k = 8, .d_v = 8};
+  std::mt19937 rng(800);
+  DecodeTensors t = make_decode_tensors(c, /*B=*/2, /*T=*/1, {0, 1}, 2, rng);
+  const int64_t conv_dim = t.qkv.size(1);  // 32 f32 channels
+  Tensor wide = testing::random_uniform({2, conv_dim + 5}, kF32, rng);
+  {  // rows 37 floats apart: the second row starts 148 bytes in, not a multiple of 16
+    const int64_t shape[] = {2, conv_dim}, stride[] = {conv_dim + 5, 1};
+    GatedDeltaRuleDecodeParams p = t.decode_params(true);
+    p.qkv = TensorView(wide.view().raw(), kF32, 2, shape, stride);
+    EXPECT_ERROR_CONTAINS(gated_delta_rule_decode(p),
+                          "gated_delta_rule_decode: qkv is a row-strided view whose rows do not "
+                          "start 16-byte aligned (first row at address % 16 = 0, rows 148 bytes "
+                          "apart)");
+  }
+  {  // KDA a [2, 2, 8] with its heads 12 apart: not contiguous within a row
+    Tensor a_wide = testing::random_uniform({2, 2, 12}, kF32, rng);
+    const int64_t shape[] = {2, 2, 8}, stride[] = {24, 12, 1};
+    GatedDeltaRuleDecodeParams p = t.decode_params(true);
+    p.a = TensorView(a_wide.view().raw(), kF32, 3, shape, stride);
+    EXPECT_ERROR_CONTAINS(gated_delta_rule_decode(p),
+                          "gated_delta_rule_decode: a [2, 2, 8] must be contiguous within a row "
+                          "(only its rows may be strided): dim 1 has stride 12, expected 8");
+  }
+  {  // b rows overlapping (stride 1 < 2 heads)
+    const int64_t shape[] = {2, 2}, stride[] = {1, 1};
+    GatedDeltaRuleDecodeParams p = t.decode_params(true);
+    p.b = TensorView(wide.view().raw(), kF32, 2, shape, stride);
+    EXPECT_ERROR_CONTAINS(gated_delta_rule_decode(p),
+                          "gated_delta_rule_decode: b [2, 2] has row stride 1, expected at least "
+                          "the row's 2 elements");
+  }
+  {  // o stays contiguous-only
+    Tensor o_wide = testing::poisoned({2, 2, 12}, kF32);
+    const int64_t shape[] = {2, 2, 8}, stride[] = {24, 8, 1};
+    GatedDeltaRuleDecodeParams p = t.decode_params(true);
+    p.o = TensorView(o_wide.view().raw(), kF32, 3, shape, stride);
+    EXPECT_ERROR_CONTAINS(gated_delta_rule_decode(p),
+                          "gated_delta_rule_decode: o [2, 2, 8] must "
+                          "be contiguous");
+  }
+}
+
 TEST(GatedDeltaRuleDecodeTest, BadArgumentsGiveClearErrors) {
   // Baseline: KDA (so that the gate shapes are the 3-D ones), B = 2, T = 2, H = 1, HV = 2,
   // d_k = d_v = 8, three slots. Each case breaks one thing; pools and o stay untouched.

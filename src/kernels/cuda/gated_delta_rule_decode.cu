@@ -54,9 +54,10 @@ using namespace decode_detail;
 /// After a verify call: advances each sequence's conv window by accepted[b] tokens: the new K-1
 /// entries are the last K-1 of [old window | the first n new inputs]. One thread per channel reads
 /// everything it needs before writing, so the update is in place and race-free.
-__global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_state,
-                                    bool conv_bf16, const int32_t* slots, const int32_t* accepted,
-                                    int64_t num_slots, int64_t conv_dim, int T, int K) {
+__global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, int64_t qkv_row,
+                                    void* conv_state, bool conv_bf16, const int32_t* slots,
+                                    const int32_t* accepted, int64_t num_slots, int64_t conv_dim,
+                                    int T, int K) {
   const int b = blockIdx.y;
   const int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= conv_dim) return;
@@ -64,7 +65,7 @@ __global__ void conv_advance_kernel(const void* qkv, bool qkv_bf16, void* conv_s
   if (slot < 0 || slot >= num_slots) return;
   const int n = accepted[b];
   if (n <= 0 || n > T) return;
-  advance_window(qkv, qkv_bf16, conv_state, conv_bf16, b, slot, conv_dim, ch, n, T, K);
+  advance_window(qkv, qkv_bf16, qkv_row, conv_state, conv_bf16, b, slot, conv_dim, ch, n, T, K);
 }
 
 /// state_pool[slot] = step_states[b, accepted[b] - 1], 16 bytes per thread.
@@ -87,13 +88,15 @@ constexpr int kNormPerLane = 4;
 
 /// o = weight * rmsnorm(o) * act(gate), one warp per (token, head) row of d_v, skipping padding.
 /// The row's o and gate elements are loaded at once (load_bits: in flight together), then used.
+/// o is contiguous; gate [B T, HV, d_v] has token rows gate_row elements apart.
 __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool gate_bf16,
-                                  const float* weight, const int32_t* slots, int64_t num_slots,
-                                  int64_t rows, int rows_per_seq, int d_v, float eps,
-                                  bool silu_act) {
+                                  int64_t gate_row, const float* weight, const int32_t* slots,
+                                  int64_t num_slots, int64_t rows, int rows_per_seq, int HV,
+                                  int d_v, float eps, bool silu_act) {
   const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
+  const int64_t gate_at = row / HV * gate_row + row % HV * d_v;
   const int slot = slots[row / rows_per_seq];
   if (slot < 0 || slot >= num_slots) return;
   uint32_t o_in[kNormPerLane], g_in[kNormPerLane];
@@ -103,7 +106,7 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
     o_in[k] = g_in[k] = 0u;
     if (i < d_v) {
       o_in[k] = load_bits(o, o_bf16, row * d_v + i);
-      g_in[k] = load_bits(gate, gate_bf16, row * d_v + i);
+      g_in[k] = load_bits(gate, gate_bf16, gate_at + i);
     }
   }
   float x[kNormPerLane], ss = 0.0f;
@@ -342,6 +345,9 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
   args.o_bf16 = p.o.dtype() == DType::kBF16;
   args.num_slots = p.state_pool.size(0);
   args.conv_dim = conv_dim;
+  args.qkv_row = p.qkv.stride(0);
+  args.a_row = p.a.stride(0);
+  args.b_row = p.b.stride(0);
   args.T = T;
   args.K = int(p.conv_weight.size(1));
   args.H = H;
@@ -373,8 +379,8 @@ Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, Decode
     gated_norm_kernel<<<unsigned((rows_total + warps_per_block - 1) / warps_per_block),
                         32 * warps_per_block, 0, stream>>>(
         p.o.raw(), args.o_bf16, p.norm_gate.raw(), p.norm_gate.dtype() == DType::kBF16,
-        p.norm_weight.data<float>(), args.slots, args.num_slots, rows_total, T * HV, d_v,
-        p.norm_eps, p.norm_act == GateActivation::kSilu);
+        p.norm_gate.stride(0), p.norm_weight.data<float>(), args.slots, args.num_slots, rows_total,
+        T * HV, HV, d_v, p.norm_eps, p.norm_act == GateActivation::kSilu);
     HYLA_CUDA_CHECK(cudaGetLastError());
   }
   return ok_status();
@@ -409,7 +415,7 @@ Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream strea
   const int64_t conv_dim = p.qkv.size(1);
   const dim3 conv_grid(unsigned((conv_dim + 255) / 256), unsigned(B));
   conv_advance_kernel<<<conv_grid, 256, 0, stream>>>(
-      p.qkv.raw(), p.qkv.dtype() == DType::kBF16, p.conv_state.raw(),
+      p.qkv.raw(), p.qkv.dtype() == DType::kBF16, p.qkv.stride(0), p.conv_state.raw(),
       p.conv_state.dtype() == DType::kBF16, p.slots.data<int32_t>(), p.accepted.data<int32_t>(),
       num_slots, conv_dim, T, int(p.conv_state.size(2)) + 1);
   HYLA_CUDA_CHECK(cudaGetLastError());

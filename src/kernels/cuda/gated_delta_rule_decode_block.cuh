@@ -168,14 +168,14 @@ __global__ void __launch_bounds__(32 * kWarps, decode_min_blocks<Ts, kKda, kDk, 
       if (i < T * kHeads * kDk) {
         const int t = i / (kHeads * kDk), h = (i / kDk) % kHeads, c = i % kDk;
         const int hv = hv0 + h;
-        gate_at[n] = ((int64_t(b) * T + t) * p.HV + hv) * kDk + c;
+        gate_at[n] = (int64_t(b) * T + t) * p.a_row + hv * kDk + c;
         gate_bias[n] = p.dt_bias[hv * kDk + c];
         if constexpr (!kOverlap) gate_in[n] = load_bits(p.a, p.a_bf16, gate_at[n]);
         gate_A[n] = expf(p.A_log[hv]);
       }
     } else if (unsigned(gate_tid) < unsigned(T * kHeads)) {
       const int hv = hv0 + gate_tid % kHeads;
-      gate_at[n] = (int64_t(b) * T + gate_tid / kHeads) * p.HV + hv;
+      gate_at[n] = (int64_t(b) * T + gate_tid / kHeads) * p.a_row + hv;
       gate_bias[n] = p.dt_bias[hv];
       if constexpr (!kOverlap) gate_in[n] = load_bits(p.a, p.a_bf16, gate_at[n]);
       gate_A[n] = expf(p.A_log[hv]);
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(32 * kWarps, decode_min_blocks<Ts, kKda, kDk, 
   auto load_beta = [&] {
     if (unsigned(beta_tid) < unsigned(T * kHeads))
       beta_in = load_bits(p.b, p.b_bf16,
-                          (int64_t(b) * T + beta_tid / kHeads) * p.HV + hv0 + beta_tid % kHeads);
+                          (int64_t(b) * T + beta_tid / kHeads) * p.b_row + hv0 + beta_tid % kHeads);
   };
   if constexpr (!kOverlap) load_beta();
   auto load_inputs = [&] {  // overlapped: after griddepcontrol.wait

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
   if constexpr (kKda) {
     for (int i = tid; i < p.group * kDk; i += kThreads) {
       const int h = i / kDk, c = i % kDk, hv = hv0 + h;
-      const uint32_t f_in = load_bits(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c);
+      const uint32_t f_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.a_row + hv * kDk + c);
       const float f = bits_to_float(f_in, p.a_bf16) + p.dt_bias[hv * kDk + c];
       const float a_scale = expf(p.A_log[hv]);
       s_decay[h][c] = expf(gate_log_decay(a_scale, f, p.safe_gate, p.lower_bound));
@@ -134,9 +134,9 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
   }
   if (tid < p.group) {  // both loads in flight before either is used (load_bits)
     const int hv = hv0 + tid;
-    const uint32_t beta_in = load_bits(p.b, p.b_bf16, int64_t(b) * p.HV + hv);
+    const uint32_t beta_in = load_bits(p.b, p.b_bf16, int64_t(b) * p.b_row + hv);
     if constexpr (!kKda) {
-      const uint32_t a_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.HV + hv);
+      const uint32_t a_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.a_row + hv);
       const float x = bits_to_float(a_in, p.a_bf16) + p.dt_bias[hv];
       s_gdn_decay[tid] = expf(gate_log_decay(expf(p.A_log[hv]), x, false, 0.0f));
     }

@@ -40,6 +40,10 @@ struct StepArgs {
   void* o;  ///< [B T, HV, d_v]
   bool o_bf16;
   int64_t num_slots, conv_dim;
+  /// Row strides in elements of qkv, a and b: row b T + t starts at (b T + t) x stride. Row-strided
+  /// views (narrow views of one fused projection) have 16-byte aligned rows (checked by the entry),
+  /// so the vector loads of the warp and split kernels stay aligned.
+  int64_t qkv_row, a_row, b_row;
   int T, K, H, HV, group, cluster;
   float scale;
   bool commit;
@@ -170,7 +174,7 @@ __device__ __forceinline__ void load_conv_inputs(const StepArgs& p, int b, int T
                                                  ConvIn<kT>& in) {
 #pragma unroll
   for (int t = 0; t < kT; ++t)
-    in.x[t] = t < T ? load_bits(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.conv_dim + ch) : 0u;
+    in.x[t] = t < T ? load_bits(p.qkv, p.qkv_bf16, (int64_t(b) * T + t) * p.qkv_row + ch) : 0u;
 }
 template <int kT>
 __device__ __forceinline__ void load_conv_window(const StepArgs& p, int slot, int64_t ch,
@@ -310,11 +314,11 @@ __device__ __forceinline__ float delta_rule_rows(float (&row)[kRows][kN], const 
 }
 
 /// Advances channel ch's window of the sequence in row block b (slot `slot`) by its first n of T
-/// new inputs: the new K-1 entries are the last K-1 of [old window | new]. Reads everything before
-/// writing, so it is in place.
-__device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, void* conv_state,
-                                               bool conv_bf16, int b, int slot, int64_t conv_dim,
-                                               int64_t ch, int n, int T, int K) {
+/// new inputs (qkv rows qkv_row elements apart): the new K-1 entries are the last K-1 of
+/// [old window | new]. Reads everything before writing, so it is in place.
+__device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, int64_t qkv_row,
+                                               void* conv_state, bool conv_bf16, int b, int slot,
+                                               int64_t conv_dim, int64_t ch, int n, int T, int K) {
   const int64_t base = (int64_t(slot) * conv_dim + ch) * (K - 1);
   uint32_t next[kMaxK - 1];  // as loaded (load_bits: the K - 1 loads in flight together)
 #pragma unroll
@@ -323,7 +327,7 @@ __device__ __forceinline__ void advance_window(const void* qkv, bool qkv_bf16, v
     const int pos = n + j;  // position in [old (K-1) | new (n)]
     next[j] = pos < K - 1
                   ? load_bits(conv_state, conv_bf16, base + pos)
-                  : load_bits(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * conv_dim + ch);
+                  : load_bits(qkv, qkv_bf16, (int64_t(b) * T + (pos - (K - 1))) * qkv_row + ch);
   }
 #pragma unroll
   for (int j = 0; j < kMaxK - 1; ++j) {

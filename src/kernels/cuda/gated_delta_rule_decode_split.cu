@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     const PrepChannel pc = prep_channel<kDk>(p, l, kh, r * kN);
     ConvRun<kN> in;
     load_run_weights(p, pc.ch, in);
-    load_vec_bits<kN>(p.qkv, p.qkv_bf16, int64_t(b) * p.conv_dim + pc.ch, in.x);
+    load_vec_bits<kN>(p.qkv, p.qkv_bf16, int64_t(b) * p.qkv_row + pc.ch, in.x);
     load_run_window(p, slot, pc.ch, in);
     float y[kN];
     conv_run(p, in, y);
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     for (int r = tid; r < head_rows / kN; r += kPrepThreads) {
       const int hv = kh * p.group + r * kN / kDk, c = r * kN % kDk;
       uint32_t f_in[kN];
-      load_vec_bits<kN>(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + c, f_in);
+      load_vec_bits<kN>(p.a, p.a_bf16, int64_t(b) * p.a_row + hv * kDk + c, f_in);
       const float4 bias = *reinterpret_cast<const float4*>(p.dt_bias + hv * kDk + c);
       const float a_scale = expf(p.A_log[hv]);
       float f[kN];
@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(kPrepThreads)
   }
   if (tid < p.group) {
     const int hv = kh * p.group + tid;
-    const uint32_t beta_in = load_bits(p.b, p.b_bf16, int64_t(b) * p.HV + hv);
+    const uint32_t beta_in = load_bits(p.b, p.b_bf16, int64_t(b) * p.b_row + hv);
     if constexpr (!kKda) {
-      const uint32_t a_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.HV + hv);
+      const uint32_t a_in = load_bits(p.a, p.a_bf16, int64_t(b) * p.a_row + hv);
       const float x = bits_to_float(a_in, p.a_bf16) + p.dt_bias[hv];
       ws[l.decay + hv] = expf(gate_log_decay(expf(p.A_log[hv]), x, false, 0.0f));
     }

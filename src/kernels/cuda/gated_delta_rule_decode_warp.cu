@@ -67,16 +67,16 @@ __global__ void __launch_bounds__(32 * kWarps)
     bias[0] = p.dt_bias[hv];
   }
   auto load_inputs = [&] {
-    const int64_t row = int64_t(b) * p.conv_dim;
+    const int64_t row = int64_t(b) * p.qkv_row;
     load_vec_bits<kN>(p.qkv, p.qkv_bf16, row + q_ch, q_in.x);
     load_vec_bits<kN>(p.qkv, p.qkv_bf16, row + k_ch, k_in.x);
     load_vec_bits<1>(p.qkv, p.qkv_bf16, row + v_ch, v_in.x);
     if constexpr (kKda) {
-      load_vec_bits<kN>(p.a, p.a_bf16, (int64_t(b) * p.HV + hv) * kDk + lane * kN, a_in);
+      load_vec_bits<kN>(p.a, p.a_bf16, int64_t(b) * p.a_row + hv * kDk + lane * kN, a_in);
     } else {
-      load_vec_bits<1>(p.a, p.a_bf16, int64_t(b) * p.HV + hv, a_in);
+      load_vec_bits<1>(p.a, p.a_bf16, int64_t(b) * p.a_row + hv, a_in);
     }
-    load_vec_bits<1>(p.b, p.b_bf16, int64_t(b) * p.HV + hv, b_in);
+    load_vec_bits<1>(p.b, p.b_bf16, int64_t(b) * p.b_row + hv, b_in);
   };
   load_inputs();
   if (slot < 0 || slot >= p.num_slots) return;  // padding: the whole cluster returns (same b)

@@ -6,7 +6,8 @@
 // and B HV = 520 for the large-batch launch shape, every tiling of the CUDA body (rows per block,
 // cluster size) on its own; slot ids outside the pool are skipped.
 // Every element of o, the state pool, the conv pool and (verify) the step states is compared;
-// padding rows must keep their poison on the GPU. Skipped when no CUDA device is visible.
+// padding rows must keep their poison on the GPU. qkv, a, b and norm_gate also as row-strided views
+// of one fused projection (every tiling). Skipped when no CUDA device is visible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -145,22 +146,31 @@ Status gpu_decode(const GatedDeltaRuleDecodeParams& p, std::optional<cuda::Decod
   return cuda::gated_delta_rule_decode_tiled(p, *tiling, Stream{});
 }
 
+/// The GPU's copy of `host`; fused: its qkv, a, b and norm_gate as row-strided views of one fused
+/// projection (testing::fuse_projection, the model's layout).
+DecodeTensors gpu_copy(const DecodeTensors& host, bool fused) {
+  DecodeTensors t = host.to(Device::cpu());
+  if (fused) testing::fuse_projection(t);
+  return t.to(Device::cuda());
+}
+
 /// Decode (commit), then verify + commit with random accepted counts, on both devices from the
-/// same host inputs; outputs are poisoned (0xff) on both sides before each call.
+/// same host inputs; outputs are poisoned (0xff) on both sides before each call. fused: the GPU
+/// reads row-strided views of one projection, the CPU contiguous tensors.
 void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t seed,
-                             std::optional<cuda::DecodeTiling> tiling = std::nullopt) {
+                             std::optional<cuda::DecodeTiling> tiling = std::nullopt,
+                             bool fused = false) {
   SCOPED_TRACE(str_cat(
-      c.name(), "_B", B, "_T", T, " seed ", seed,
+      c.name(), "_B", B, "_T", T, " seed ", seed, fused ? " row-strided" : "",
       tiling ? str_cat(" tiling ", cuda::decode_tiling_name(*tiling, c.HV / c.H, c.d_v)) : ""));
   std::mt19937 rng(seed);
   const std::vector<int32_t> slots = random_slots(B, rng);
   SCOPED_TRACE(str_cat("slots ", list_string(slots)));
   const DecodeTensors host = testing::make_decode_tensors(c, B, T, slots, /*num_slots=*/B + 3, rng);
-  const Device gpu_device = Device::cuda();
 
   {  // decode: T tokens, final states written back to the pools
     SCOPED_TRACE("decode (commit)");
-    DecodeTensors cpu = host.to(Device::cpu()), gpu = host.to(gpu_device);
+    DecodeTensors cpu = host.to(Device::cpu()), gpu = gpu_copy(host, fused);
     cpu.poison_outputs();
     gpu.poison_outputs();
     ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/true)));
@@ -176,7 +186,7 @@ void expect_cuda_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint32_t
     for (int32_t& n : accepted) n = int32_t(rng() % uint32_t(T + 1));
     DecodeTensors cpu = host.to(Device::cpu());
     cpu.accepted = testing::int32_tensor(accepted);
-    DecodeTensors gpu = cpu.to(gpu_device);
+    DecodeTensors gpu = gpu_copy(cpu, fused);
     cpu.poison_outputs();
     gpu.poison_outputs();
     ASSERT_OK(gated_delta_rule_decode(cpu.decode_params(/*commit=*/false)));
@@ -342,6 +352,47 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // Per case: the 6 block tilings that tile its 128 or 256 rows in clusters of 1 to 16, bulk, 2
   // warp tilings, split.
   EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, RowStridedInputsMatchCpu) {
+  // qkv, a, b and norm_gate as row-strided views of one fused projection on the GPU (the model's
+  // layout for B > 1), contiguous on the CPU: every compiled tiling (block, bulk, warp, split) on
+  // the geometries it serves, then the entry's choice with the fused norm at small and large B.
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  const uint32_t seed = base_seed();
+  uint32_t n = 0, runs = 0;
+  for (const DecodeCase& c : kTilingCases) {
+    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
+      if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
+      for (int64_t T : {1, 3})
+        if (cuda::decode_tiling_takes(t, T))
+          expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t, /*fused=*/true);
+      ++runs;
+    }
+  }
+  EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
+  for (DecodeCase c : {DecodeCase{.gate = DecodeGate::kGdn,
+                      .H = 1,
+                      .HV = 2,
+                      .d_k = 128,
+                      .d_v = 128,
+                      .act = kBF16,
+                      .pool = kF32,
+                      .conv = kBF16,
+                      .norm = true},
+                       DecodeCase{.gate = DecodeGate::kKdaSafe,
+                       .H = 2,
+                       .HV = 2,
+                       .d_k = 64,
+                       .d_v = 64,
+                       .act = kF32,
+                       .pool = kBF16,
+                       .conv = kF32,
+                       .norm = true}}) {
+    for (int64_t B : {3, 300})
+      for (int64_t T : {1, 2})
+        expect_cuda_matches_cpu(c, B, T, seed + n++, std::nullopt, /*fused=*/true);
+  }
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
