@@ -9,9 +9,9 @@ namespace hyla::kernels {
 
 namespace {
 
-/// Whether two f32 [rows, cols] views with contiguous rows share an element. Exact when both have
-/// the same row stride (e.g. two column slices of one buffer); otherwise any overlap of their byte
-/// spans counts.
+/// Whether two [rows, cols] views with contiguous rows share a byte. Exact when both have the
+/// same dtype and row stride (e.g. two column slices of one buffer); otherwise any overlap of their
+/// byte spans counts.
 bool views_overlap(const TensorView& a, const TensorView& b) {
   if (a.numel() == 0 || b.numel() == 0) return false;
   const char* a_begin = static_cast<const char*>(a.raw());
@@ -19,7 +19,8 @@ bool views_overlap(const TensorView& a, const TensorView& b) {
   if (a_begin + a.span_bytes() <= b_begin || b_begin + b.span_bytes() <= a_begin) return false;
   const int64_t element = dtype_size(a.dtype());
   const int64_t stride = a.stride(0);
-  if (b.stride(0) != stride || (b_begin - a_begin) % element != 0) return true;
+  if (b.dtype() != a.dtype() || b.stride(0) != stride || (b_begin - a_begin) % element != 0)
+    return true;
   // row r_a of a covers [r_a s, r_a s + cols_a), row r_b of b covers [d + r_b s, d + r_b s +
   // cols_b) (elements from a's start); they meet iff -cols_b < d + m s < cols_a, m = r_b - r_a
   const int64_t d = (b_begin - a_begin) / element;
@@ -38,10 +39,14 @@ Status check_linear(const LinearParams& p) {
   const int64_t N = p.weight.size(0);
   HYLA_RETURN_IF_ERROR(check_shape(op, "y", p.y, {T, N}, "T, N"));
   if (p.bias.defined()) HYLA_RETURN_IF_ERROR(check_shape(op, "bias", p.bias, {N}, "N"));
-  HYLA_RETURN_IF_ERROR(check_dtype(op, "x", p.x, {DType::kF32}));
+  // bf16 activations only on CUDA (the CPU body reads and writes f32)
+  for (const auto& [name, t] : {std::pair{"x", &p.x}, {"y", &p.y}}) {
+    HYLA_RETURN_IF_ERROR(p.x.device().is_cuda()
+                             ? check_dtype(op, name, *t, {DType::kF32, DType::kBF16})
+                             : check_dtype(op, name, *t, {DType::kF32}));
+  }
   HYLA_RETURN_IF_ERROR(
       check_dtype(op, "weight", p.weight, {DType::kF32, DType::kBF16, DType::kF16}));
-  HYLA_RETURN_IF_ERROR(check_dtype(op, "y", p.y, {DType::kF32}));
   if (p.bias.defined()) HYLA_RETURN_IF_ERROR(check_dtype(op, "bias", p.bias, {DType::kF32}));
   const Device device = p.x.device();
   for (const auto& [name, t] :
@@ -76,11 +81,18 @@ Status check_linear(const LinearParams& p) {
 
 }  // namespace
 
-Status linear(const LinearParams& p, Stream) {
+Status linear(const LinearParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_linear(p));
-  if (p.x.device().is_cuda()) return unsupported("linear: no CUDA body yet");
-  cpu::linear(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::linear(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::linear(p, stream);
+#else
+  (void)stream;
+  return unsupported("linear: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

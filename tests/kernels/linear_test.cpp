@@ -128,6 +128,7 @@ TEST(LinearTest, RejectsBadArguments) {
   Tensor y = testing::poisoned({T, N}, kF32);
   Tensor y_wide = testing::poisoned({T, N + 1}, kF32);
   Tensor y_empty = Tensor::empty({T, 0}, kF32);
+  Tensor y_bf16 = testing::poisoned({T, N}, kBF16);
   // a [T, 2K] buffer: the second half of each row as x, the first half as y (no overlap), and a
   // y that overlaps x
   Tensor shared = testing::random_normal({T, 2 * K}, kF32, rng);
@@ -158,6 +159,8 @@ TEST(LinearTest, RejectsBadArguments) {
       {"bias_shape", [&](LinearParams& p) { p.bias = bias_long; },
        "linear: bias has shape [5], expected [4] (N)"},
       {"x_dtype", [&](LinearParams& p) { p.x = x_bf16; }, "linear: x has dtype bf16, expected f32"},
+      {"y_dtype", [&](LinearParams& p) { p.y = y_bf16; },
+       "linear: y has dtype bf16, expected f32"},  // bf16 activations only on CUDA
       {"weight_dtype", [&](LinearParams& p) { p.weight = weight_i32; },
        "linear: weight has dtype i32, expected f32 or bf16 or f16"},
       {"bias_dtype", [&](LinearParams& p) { p.bias = bias_bf16; },
