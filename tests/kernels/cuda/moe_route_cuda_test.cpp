@@ -1,5 +1,5 @@
 // moe_route's CUDA body against its CPU body: softmax and sigmoid scoring, correction bias,
-// group limits, renormalisation and scaling, strided views. Logits are multiples of 1/8 drawn
+// group limits, renormalisation and scaling, strided views. Logits are multiples of 1/4 drawn
 // from a narrow range, so many experts (and groups) tie exactly: the ids must agree exactly,
 // tie-breaking included; distinct values are far apart next to the ulp-level differences of
 // expf and of the softmax sum order, which only the weights' tolerance covers.
@@ -49,11 +49,13 @@ const RouteCase kCases[] = {
     {3, 96, kSigmoid, 7, true, 1.0f, 2, 1, true, true},       // a group of 48 > 32 lanes
 };
 
-/// Multiples of 1/8 in [-2, 2]: many exact ties, distinct values >= 1/8 apart.
-Tensor tied_logits(int64_t n, std::mt19937& rng) {
+/// Multiples of 1/4 in [-2, 2] (softmax) or [0, 2] (sigmoid, so no two logits x, -x whose
+/// sigmoids sum to 1 make distinct groups tie up to rounding): many exact ties, and distinct
+/// scores, choices and group scores far apart next to a few ulp.
+Tensor tied_logits(int64_t n, bool sigmoid, std::mt19937& rng) {
   std::vector<double> values(static_cast<size_t>(n));
-  std::uniform_int_distribution<int> level(-16, 16);
-  for (double& v : values) v = level(rng) / 8.0;
+  std::uniform_int_distribution<int> level(sigmoid ? 0 : -8, 8);
+  for (double& v : values) v = level(rng) / 4.0;
   return testing::tensor_from(values, {n}, DType::kF32);
 }
 
@@ -66,11 +68,12 @@ TEST(MoeRouteCudaTest, MatchesCpu) {
     std::mt19937 rng(seed);
     const int64_t in_pad = c.strided ? 3 : 0, in_offset = c.strided ? 1 : 0;
     const int64_t out_pad = c.strided ? 2 : 0, out_offset = c.strided ? 1 : 0;
-    const Tensor logits_host = tied_logits(padded_numel({c.T, c.E}, in_pad, in_offset), rng);
+    const Tensor logits_host =
+        tied_logits(padded_numel({c.T, c.E}, in_pad, in_offset), c.scoring == kSigmoid, rng);
     Tensor bias_host;
     if (c.bias) {
       std::vector<double> b(static_cast<size_t>(c.E));
-      for (double& v : b) v = int(rng() % 5) / 16.0;
+      for (double& v : b) v = int(rng() % 5) / 4.0;
       bias_host = testing::tensor_from(b, {c.E}, DType::kF32);
     }
     const Tensor logits_gpu = testing::on_gpu(logits_host);
