@@ -53,11 +53,18 @@ Status check_moe_route(const MoeRouteParams& p) {
 
 }  // namespace
 
-Status moe_route(const MoeRouteParams& p, Stream) {
+Status moe_route(const MoeRouteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_route(p));
-  if (p.logits.device().is_cuda()) return unsupported("moe_route: no CUDA body yet");
-  cpu::moe_route(p);
-  return ok_status();
+  if (p.logits.device().is_cpu()) {
+    cpu::moe_route(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::moe_route(p, stream);
+#else
+  (void)stream;
+  return unsupported("moe_route: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

@@ -48,4 +48,8 @@ namespace cpu {
 void moe_route(const MoeRouteParams& p);
 }  // namespace cpu
 
+namespace cuda {
+Status moe_route(const MoeRouteParams& p, Stream stream);
+}  // namespace cuda
+
 }  // namespace hyla::kernels

@@ -1,12 +1,11 @@
 // SwiGLU MLP and mixture of experts forward (see mlp.h).
 #include "model/layers/mlp.h"
 
-#include <cstring>
-
 #include "kernels/linear.h"
+#include "kernels/moe_align.h"
+#include "kernels/moe_combine.h"
 #include "kernels/moe_route.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/scalar_math.h"
 #include "kernels/situ_glu.h"
 #include "kernels/swiglu.h"
 
@@ -15,9 +14,9 @@ namespace hyla::model {
 Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, const TensorView& x,
                          const TensorView& out) {
   const int64_t T = x.size(0), I = w.down.size(1);
-  Tensor gate_up = Tensor::empty({T, 2 * I}, DType::kF32);
+  Tensor gate_up = Tensor::empty({T, 2 * I}, DType::kF32, x.device());
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.gate_up, .bias = {}, .y = gate_up}));
-  Tensor h = Tensor::empty({T, I}, DType::kF32);
+  Tensor h = Tensor::empty({T, I}, DType::kF32, x.device());
   HYLA_RETURN_IF_ERROR(
       act.kind == GluKind::kSitu
           ? kernels::situ_and_mul(
@@ -32,10 +31,11 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
   const GluActivation& act = model_config.mlp_activation;
   const int64_t T = x.size(0), hidden = x.size(1), E = config.num_experts, K = config.top_k;
   // Routing: router logits -> top-k experts and their weights per token.
-  Tensor logits = Tensor::empty({T, E}, DType::kF32);
+  const Device device = x.device();
+  Tensor logits = Tensor::empty({T, E}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.router, .bias = {}, .y = logits}));
-  Tensor ids = Tensor::empty({T, K}, DType::kI32);
-  Tensor weights = Tensor::empty({T, K}, DType::kF32);
+  Tensor ids = Tensor::empty({T, K}, DType::kI32, device);
+  Tensor weights = Tensor::empty({T, K}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::moe_route({.logits = logits,
                                            .correction_bias = w.correction_bias,
                                            .scoring = config.scoring == MoeScoringKind::kSoftmax
@@ -50,52 +50,75 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
                                            .topk_weights = weights}));
 
   // Latent MoE: the routed experts read z = x W_down^T and write a latent sum, brought back to
-  // the hidden width after the loop; otherwise they read x and write out directly.
+  // the hidden width after the combine; otherwise they read x and the combine writes out.
   const bool latent = w.latent_down.defined();
   const int64_t width = latent ? w.latent_down.size(0) : hidden;
   Tensor z, routed;
-  TensorView expert_in = x, expert_out = out;
+  TensorView expert_in = x, routed_out = out;
   if (latent) {
-    z = Tensor::empty({T, width}, DType::kF32);
+    z = Tensor::empty({T, width}, DType::kF32, device);
     HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.latent_down, .bias = {}, .y = z}));
-    routed = Tensor::empty({T, width}, DType::kF32);
+    routed = Tensor::empty({T, width}, DType::kF32, device);
     expert_in = z;
-    expert_out = routed;
+    routed_out = routed;
   }
 
-  // Experts: gather each expert's tokens, run its MLP, scatter-add the weighted result.
-  for (int64_t t = 0; t < T; ++t)
-    std::memset(expert_out.data<float>() + t * expert_out.stride(0), 0,
-                size_t(width) * sizeof(float));
-  std::vector<int64_t> rows;
-  std::vector<float> row_weight;
+  // Experts: sort the T * K (token, k) slots by expert (stable by slot), gather their rows into
+  // that order, run each expert's MLP on its contiguous block of rows, then sum the weighted rows
+  // back per token (in ascending expert order, fixed on every device).
+  const int64_t N = T * K;
+  Tensor offsets = Tensor::empty({E + 1}, DType::kI32, device);
+  Tensor sorted_slots = Tensor::empty({N}, DType::kI32, device);
+  Tensor slot_positions = Tensor::empty({T, K}, DType::kI32, device);
+  HYLA_RETURN_IF_ERROR(kernels::moe_align({.topk_ids = ids,
+                                           .num_experts = E,
+                                           .expert_offsets = offsets,
+                                           .sorted_slots = sorted_slots,
+                                           .slot_positions = slot_positions}));
+  Tensor expert_x = Tensor::empty({N, width}, DType::kF32, device);
+  Tensor expert_y = Tensor::empty({N, width}, DType::kF32, device);
+  HYLA_RETURN_IF_ERROR(kernels::moe_permute(
+      {.x = expert_in, .sorted_slots = sorted_slots, .top_k = K, .y = expert_x}));
+  // The experts' row counts decide the GEMM shapes, so the offsets come to the host: on a CUDA
+  // model one device -> host copy (a stream sync) per MoE layer. A grouped GEMM that reads the
+  // offsets on the device would remove it.
+  const Tensor host_offsets = offsets.device().is_cpu() ? offsets : offsets.to(Device::cpu());
+  const int32_t* offset = host_offsets.host<int32_t>();
   for (int64_t e = 0; e < E; ++e) {
-    rows.clear();
-    row_weight.clear();
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < K; ++j)
-        if (ids.data<int32_t>()[t * K + j] == e) {
-          rows.push_back(t);
-          row_weight.push_back(weights.data<float>()[t * K + j]);
-        }
-    if (rows.empty()) continue;
-    const int64_t n = int64_t(rows.size());
-    Tensor xe = Tensor::empty({n, width}, DType::kF32);
-    Tensor ye = Tensor::empty({n, width}, DType::kF32);
-    for (int64_t r = 0; r < n; ++r)
-      std::memcpy(xe.data<float>() + r * width,
-                  expert_in.data<float>() + rows[size_t(r)] * expert_in.stride(0),
-                  size_t(width) * sizeof(float));
-    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.experts[size_t(e)], act, xe, ye));
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = expert_out.data<float>() + rows[size_t(r)] * expert_out.stride(0);
-      const float* src = ye.data<float>() + r * width;
-      for (int64_t i = 0; i < width; ++i) dst[i] += row_weight[size_t(r)] * src[i];
+    const int64_t begin = offset[e], end = offset[e + 1];
+    if (begin < 0 || begin > end || end > N)
+      return internal_error("moe_forward: moe_align gave expert ", e, " the rows [", begin, ", ",
+                            end, ") of ", N);
+    if (begin == end) continue;
+    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.experts[size_t(e)], act,
+                                           expert_x.view().slice(begin, end),
+                                           expert_y.view().slice(begin, end)));
+  }
+
+  // Shared expert(s): always on; Qwen scales them by sigmoid(x . shared_gate).
+  Tensor shared, shared_gate;
+  if (w.shared.gate_up.defined()) {
+    shared = Tensor::empty({T, hidden}, DType::kF32, device);
+    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.shared, act, x, shared));
+    if (w.shared_gate.defined()) {
+      shared_gate = Tensor::empty({T, 1}, DType::kF32, device);
+      HYLA_RETURN_IF_ERROR(
+          kernels::linear({.x = x, .weight = w.shared_gate, .bias = {}, .y = shared_gate}));
     }
   }
-
-  // Latent MoE: out = rmsnorm(routed) W_up^T (the norm when latent_moe_use_norm)
-  if (latent) {
+  const kernels::MoeCombineParams routed_sum = {.expert_out = expert_y,
+                                                .slot_positions = slot_positions,
+                                                .topk_weights = weights,
+                                                .out = routed_out};
+  if (!latent) {
+    // out = routed sum + shared, in one pass
+    kernels::MoeCombineParams combine = routed_sum;
+    combine.shared = shared;
+    combine.shared_gate = shared_gate;
+    HYLA_RETURN_IF_ERROR(kernels::moe_combine(combine));
+  } else {
+    // Latent MoE: out = rmsnorm(routed) W_up^T (the norm when latent_moe_use_norm), + shared
+    HYLA_RETURN_IF_ERROR(kernels::moe_combine(routed_sum));
     if (w.latent_norm.defined()) {
       HYLA_RETURN_IF_ERROR(kernels::rmsnorm({.x = routed,
                                              .weight = w.latent_norm,
@@ -105,23 +128,9 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
     }
     HYLA_RETURN_IF_ERROR(
         kernels::linear({.x = routed, .weight = w.latent_up, .bias = {}, .y = out}));
-  }
-
-  // Shared expert(s): always on; Qwen scales them by sigmoid(x . shared_gate).
-  if (w.shared.gate_up.defined()) {
-    Tensor ys = Tensor::empty({T, hidden}, DType::kF32);
-    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.shared, act, x, ys));
-    Tensor gate;
-    if (w.shared_gate.defined()) {
-      gate = Tensor::empty({T, 1}, DType::kF32);
-      HYLA_RETURN_IF_ERROR(
-          kernels::linear({.x = x, .weight = w.shared_gate, .bias = {}, .y = gate}));
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      const float s = gate.defined() ? kernels::sigmoid(gate.data<float>()[t]) : 1.0f;
-      float* dst = out.data<float>() + t * out.stride(0);
-      const float* src = ys.data<float>() + t * hidden;
-      for (int64_t i = 0; i < hidden; ++i) dst[i] += s * src[i];
+    if (shared.defined()) {
+      HYLA_RETURN_IF_ERROR(kernels::moe_combine(
+          {.shared = shared, .shared_gate = shared_gate, .accumulate = true, .out = out}));
     }
   }
   if (topk_ids) *topk_ids = ids;

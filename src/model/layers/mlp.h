@@ -35,6 +35,9 @@ Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, con
 /// x: [T, hidden] f32; out: [T, hidden] f32. The router reads x; routed experts read x, or with a
 /// latent MoE z = x W_down^T and then out = rmsnorm(sum_k w_k expert_k(z)) W_up^T; shared experts
 /// read x. topk_ids / topk_weights, when given, receive the routing ([T, top_k] i32 / f32).
+/// Runs on x's device (weights there too): route, moe_align, moe_permute, one GEMM pair per
+/// non-empty expert on its block of rows, moe_combine; on CUDA the expert offsets are copied to
+/// the host once per call (a stream sync) to size those GEMMs.
 Status moe_forward(const MoeWeights& w, const ModelConfig& config, const TensorView& x,
                    const TensorView& out, Tensor* topk_ids = nullptr,
                    Tensor* topk_weights = nullptr);
