@@ -26,6 +26,20 @@ struct Batch {
   bool is_decode() const;
 };
 
+/// The batch's index data for one step, packed on the host into one i32 buffer [tokens (T) |
+/// cu_seqlens (B+1) | state_slots (B) | last_rows (B)] and copied to the model's device in one
+/// transfer; `host` keeps the packed copy for geometry read on the host.
+struct StepIndices {
+  Tensor host;            ///< the packed i32 buffer on the host
+  Tensor device;          ///< the same on the model's device (`host` itself on a CPU model)
+  TensorView tokens;      ///< [T] token ids (views of `device`)
+  TensorView cu_seqlens;  ///< [B+1] sequence b is tokens [cu[b], cu[b+1])
+  TensorView slots;       ///< [B] each sequence's state slot
+  TensorView last_rows;   ///< [B] cu[b+1] - 1: each sequence's last new token
+
+  static StepIndices pack(const Batch& batch, Device device);
+};
+
 /// Views of the pools the batch indexes, per global layer id (undefined where a layer has none).
 struct BatchMemory {
   std::vector<TensorView> conv_state;  ///< linear layers: [slots, conv_dim, K-1]

@@ -21,12 +21,12 @@ struct LayerState {
 struct LinearMemory {
   TensorView conv_pool;   ///< [slots, conv_dim, K-1] conv windows (f32 | bf16)
   TensorView ssm_pool;    ///< [slots, HV, d_v, d_k] SSM states (f32 | bf16)
-  TensorView slots;       ///< [B] i32, host: each sequence's slot
-  TensorView cu_seqlens;  ///< [B+1] i32, host: sequence b is tokens [cu[b], cu[b+1])
+  TensorView slots;       ///< [B] i32 on the pools' device: each sequence's slot
+  TensorView cu_seqlens;  ///< [B+1] i32 on the pools' device: sequence b is [cu[b], cu[b+1])
   bool decode = false;    ///< every sequence has exactly one new token (decode kernels)
 };
 
-/// Everything one sequence carries between forward calls.
+/// Everything one sequence carries between forward calls (on the model's device).
 struct SequenceState {
   int64_t length = 0;    ///< tokens consumed so far
   int64_t capacity = 0;  ///< KV cache rows

@@ -5,6 +5,10 @@
 #include <cstring>
 #include <optional>
 
+#include "core/device_memory.h"
+#include "kernels/add.h"
+#include "kernels/embedding.h"
+#include "kernels/gather_rows.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
 #include "model/layers/linear_attention.h"
@@ -13,11 +17,9 @@ namespace hyla::model {
 
 namespace {
 
-/// a += b, both [T, hidden] f32 contiguous.
-void add_in_place(const Tensor& a, const Tensor& b) {
-  float* dst = a.data<float>();
-  const float* src = b.data<float>();
-  for (int64_t i = 0; i < a.numel(); ++i) dst[i] += src[i];
+/// a += b, both [T, hidden] f32 (one rounding per element: exactly the fp32 sum).
+Status add_in_place(const Tensor& a, const Tensor& b) {
+  return kernels::add({.x = b, .gate = {}, .scale = 1.0f, .y = a});
 }
 
 Status norm(const Tensor& x, const Tensor& weight, const ModelConfig& c, const Tensor& y) {
@@ -29,7 +31,8 @@ Status norm(const Tensor& x, const Tensor& weight, const ModelConfig& c, const T
 /// stored as bf16 again: the linear kernel reads bf16 weights directly, so a decode step, which is
 /// bound by reading the weights, reads half the bytes for the same values and results.
 void keep_bf16_when_exact(Tensor& w) {
-  if (!w.defined() || w.dtype() != DType::kF32 || w.ndim() != 2 || !w.view().is_contiguous())
+  if (!w.defined() || w.dtype() != DType::kF32 || w.ndim() != 2 || !w.view().is_contiguous() ||
+      !w.device().is_cpu())
     return;
   const uint32_t* bits = static_cast<const uint32_t*>(w.view().raw());
   for (int64_t i = 0; i < w.numel(); ++i)
@@ -62,6 +65,58 @@ void keep_projections_bf16_when_exact(std::vector<DecoderLayer>& layers, Tensor&
   keep_bf16_when_exact(lm_head);
 }
 
+/// Calls f(t) on every weight tensor of a layer (undefined ones included).
+template <typename F>
+void for_each_weight(DecoderLayer& l, F&& f) {
+  auto mlp = [&](DenseMlpWeights& m) {
+    f(m.gate_up);
+    f(m.down);
+  };
+  for (Tensor* t : {&l.input_norm,
+                    &l.post_norm,
+                    &l.gdn.in_proj,
+                    &l.gdn.conv,
+                    &l.gdn.A_log,
+                    &l.gdn.dt_bias,
+                    &l.gdn.norm,
+                    &l.gdn.out_proj,
+                    &l.kda.qkv_proj,
+                    &l.kda.conv,
+                    &l.kda.fa_b,
+                    &l.kda.f_b,
+                    &l.kda.g_a,
+                    &l.kda.g_b,
+                    &l.kda.A_log,
+                    &l.kda.dt_bias,
+                    &l.kda.o_norm,
+                    &l.kda.o_proj,
+                    &l.attention.qkv_proj,
+                    &l.attention.q_norm,
+                    &l.attention.k_norm,
+                    &l.attention.o_proj,
+                    &l.latent.q_proj,
+                    &l.latent.q_a_proj,
+                    &l.latent.q_a_norm,
+                    &l.latent.q_b_proj,
+                    &l.latent.kv_a_proj,
+                    &l.latent.kv_a_norm,
+                    &l.latent.kv_b_proj,
+                    &l.latent.o_proj,
+                    &l.latent.g_proj,
+                    &l.moe.router,
+                    &l.moe.correction_bias,
+                    &l.moe.shared_gate,
+                    &l.moe.latent_down,
+                    &l.moe.latent_norm,
+                    &l.moe.latent_up,
+                    &l.attn_res_cw,
+                    &l.mlp_res_cw})
+    f(*t);
+  mlp(l.dense);
+  mlp(l.moe.shared);
+  for (DenseMlpWeights& e : l.moe.experts) mlp(e);
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> layers,
@@ -75,6 +130,19 @@ Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> lay
   keep_projections_bf16_when_exact(layers_, lm_head_);
   HYLA_CHECK(config_.attn_res_block_size == 0 || output_res_cw_.defined(),
              "Model: Attention Residuals need the output score vector");
+}
+
+Result<std::unique_ptr<Model>> Model::to(Device device) const {
+  if (device.is_cuda() && !cuda_available())
+    return unsupported("Model::to(", device_name(device),
+                       "): no CUDA device visible, or this build has no CUDA support");
+  auto m = std::make_unique<Model>(*this);
+  auto move = [&](Tensor& t) {
+    if (t.defined() && t.device() != device) t = t.to(device);
+  };
+  for (DecoderLayer& l : m->layers_) for_each_weight(l, move);
+  for (Tensor* t : {&m->embedding_, &m->final_norm_, &m->lm_head_, &m->output_res_cw_}) move(*t);
+  return m;
 }
 
 SequenceState Model::new_sequence(int64_t capacity) const {
@@ -91,6 +159,12 @@ SequenceState Model::new_sequence(int64_t capacity) const {
         s.layers.push_back(latent_attention_new_state(config_, capacity));
         break;
     }
+  }
+  // built on the host (zeros), then moved to the weights' device
+  if (!device().is_cpu()) {
+    for (LayerState& l : s.layers)
+      for (Tensor* t : {&l.conv_state, &l.ssm_state, &l.k_cache, &l.v_cache})
+        if (t->defined()) *t = t->to(device());
   }
   return s;
 }
@@ -214,17 +288,14 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   HYLA_RETURN_IF_ERROR(check_batch(batch, memory, c));
   const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers,
                 B = batch.num_sequences();
+  const Device dev = device();
   const std::vector<int32_t>& cu = batch.cu_seqlens;
-  Tensor cu_tensor = Tensor::empty({B + 1}, DType::kI32);
-  std::copy(cu.begin(), cu.end(), cu_tensor.data<int32_t>());
-  Tensor slots = Tensor::empty({B}, DType::kI32);
-  std::copy(batch.state_slots.begin(), batch.state_slots.end(), slots.data<int32_t>());
+  // tokens, cu_seqlens, slots and last rows: one upload per step
+  const StepIndices indices = StepIndices::pack(batch, dev);
 
   // h = embed(tokens)
-  Tensor h = Tensor::empty({T, H}, DType::kF32);
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(h.data<float>() + t * H, embedding_.data<float>() + batch.tokens[size_t(t)] * H,
-                size_t(H) * sizeof(float));
+  Tensor h = Tensor::empty({T, H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(kernels::embedding({.table = embedding_, .ids = indices.tokens, .y = h}));
   if (trace) {
     *trace = ForwardTrace{};
     trace->hidden_states.push_back(h.clone());
@@ -236,11 +307,11 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   std::optional<AttnResidualBank> bank;
   Tensor mix;
   if (attn_res) {
-    bank.emplace(T, c.attn_res_blocks(), H);
-    mix = Tensor::empty({T, H}, DType::kF32);
+    bank.emplace(T, c.attn_res_blocks(), H, dev);
+    mix = Tensor::empty({T, H}, DType::kF32, dev);
   }
-  Tensor normed = Tensor::empty({T, H}, DType::kF32);
-  Tensor branch = Tensor::empty({T, H}, DType::kF32);
+  Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
+  Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer& layer = layers_[size_t(i)];
     const MixerKind kind = c.mixers[size_t(i)];
@@ -262,8 +333,8 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     if (is_linear_mixer(kind)) {
       const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
                                 .ssm_pool = memory.ssm_state[size_t(i)],
-                                .slots = slots,
-                                .cu_seqlens = cu_tensor,
+                                .slots = indices.slots,
+                                .cu_seqlens = indices.cu_seqlens,
                                 .decode = batch.is_decode()};
       HYLA_RETURN_IF_ERROR(kind == MixerKind::kGatedDeltaNet
                                ? gdn_forward(layer.gdn, c, normed, linear, branch)
@@ -293,7 +364,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
       }
     }
     if (trace) trace->mixer_out.push_back(branch.clone());
-    add_in_place(h, branch);
+    HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
 
     // MLP input: h, or mix(bank, h)
     Tensor mlp_in = h;
@@ -320,7 +391,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
       trace->router_ids.push_back(ids);
       trace->router_weights.push_back(weights);
     }
-    add_in_place(h, branch);
+    HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
     if (trace && i + 1 < L) trace->hidden_states.push_back(h.clone());
   }
   if (trace) trace->last_layer_out = h.clone();
@@ -342,18 +413,34 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   // logits = lm_head(norm(out)) for every token, or each sequence's last one.
   Tensor last = out;
   if (!batch.logits_all) {
-    last = Tensor::empty({B, H}, DType::kF32);
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(last.data<float>() + b * H, out.data<float>() + (cu[size_t(b + 1)] - 1) * H,
-                  size_t(H) * sizeof(float));
+    last = Tensor::empty({B, H}, DType::kF32, dev);
+    HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = out, .index = indices.last_rows, .y = last}));
   }
-  Tensor final_normed = Tensor::empty({last.size(0), H}, DType::kF32);
+  Tensor final_normed = Tensor::empty({last.size(0), H}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(norm(last, final_norm_, c, final_normed));
   if (trace) trace->hidden_states.push_back(final_normed.clone());
-  Tensor logits = Tensor::empty({last.size(0), c.vocab_size}, DType::kF32);
+  Tensor logits = Tensor::empty({last.size(0), c.vocab_size}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(
       kernels::linear({.x = final_normed, .weight = lm_head_, .bias = {}, .y = logits}));
   return logits;
+}
+
+StepIndices StepIndices::pack(const Batch& batch, Device device) {
+  const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
+  StepIndices s;
+  s.host = Tensor::empty({T + 3 * B + 1}, DType::kI32);
+  int32_t* packed = s.host.host<int32_t>();
+  std::copy(batch.tokens.begin(), batch.tokens.end(), packed);
+  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), packed + T);
+  std::copy(batch.state_slots.begin(), batch.state_slots.end(), packed + T + B + 1);
+  for (int64_t b = 0; b < B; ++b) packed[T + 2 * B + 1 + b] = batch.cu_seqlens[size_t(b + 1)] - 1;
+  s.device = device.is_cpu() ? s.host : s.host.to(device);
+  const TensorView all = s.device.view();
+  s.tokens = all.slice(0, T);
+  s.cu_seqlens = all.slice(T, T + B + 1);
+  s.slots = all.slice(T + B + 1, T + 2 * B + 1);
+  s.last_rows = all.slice(T + 2 * B + 1, T + 3 * B + 1);
+  return s;
 }
 
 bool Batch::is_decode() const {
@@ -371,8 +458,12 @@ Result<std::vector<int32_t>> greedy_generate(const Model& model, std::span<const
   Result<Tensor> logits = model.forward(prompt, state);
   for (int64_t i = 0; i < n; ++i) {
     if (!logits.ok()) return logits.status();
-    const float* last = logits->data<float>() + (logits->size(0) - 1) * V;
-    if (logits_out) std::memcpy(logits_out->data<float>() + i * V, last, size_t(V) * sizeof(float));
+    // the last row, copied to the host (from a CUDA model's device)
+    std::vector<float> row(static_cast<size_t>(V));
+    device_copy(row.data(), Device::cpu(), logits->data<float>() + (logits->size(0) - 1) * V,
+                logits->device(), size_t(V) * sizeof(float));
+    const float* last = row.data();
+    if (logits_out) std::memcpy(logits_out->host<float>() + i * V, last, size_t(V) * sizeof(float));
     const int32_t next = int32_t(std::max_element(last, last + V) - last);
     out.push_back(next);
     if (i + 1 < n) logits = model.forward(std::span<const int32_t>(&out.back(), 1), state);

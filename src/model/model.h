@@ -2,7 +2,8 @@
 // RMSNorm and residual) -> final norm -> lm_head. The residual is the plain sum, or (K3) Attention
 // Residuals: every sublayer input and the final output mix block snapshots and the current
 // block's partial sum (layers/attn_residual.h). Prefill runs the chunk delta rule, single tokens
-// the recurrent one with the conv update.
+// the recurrent one with the conv update. The weights live on one device (Model::to moves them);
+// every activation, state and index tensor of a forward call lives there too.
 #pragma once
 
 #include <memory>
@@ -65,17 +66,25 @@ class Model {
         Tensor lm_head, Tensor output_res_cw = {});
 
   const ModelConfig& config() const { return config_; }
+  /// Where the weights live; forward calls run there.
+  Device device() const { return embedding_.device(); }
+  /// A copy of the model with every weight on `device` (projections keep the dtype the
+  /// constructor chose on the host: bf16 where exact, else f32). Errors: no such device in this
+  /// build or machine.
+  Result<std::unique_ptr<Model>> to(Device device) const;
 
-  /// Fresh per-sequence memory for up to `capacity` tokens.
+  /// Fresh per-sequence memory for up to `capacity` tokens, on the model's device.
   SequenceState new_sequence(int64_t capacity) const;
 
   /// Runs `tokens` after what `state` holds (prefill when it is empty, extend or decode after);
-  /// returns logits [T, vocab] f32. Errors: token ids out of range, capacity exceeded.
+  /// returns logits [T, vocab] f32 on the model's device. Errors: token ids out of range, capacity
+  /// exceeded.
   Result<Tensor> forward(std::span<const int32_t> tokens, SequenceState& state,
                          ForwardTrace* trace = nullptr) const;
 
-  /// One step of several sequences over pooled memory (the runtime's pools): returns logits
-  /// [B, vocab] of each sequence's last new token ([T, vocab] with batch.logits_all). Linear layers
+  /// One step of several sequences over pooled memory (the runtime's pools, on the model's device):
+  /// returns logits [B, vocab] f32 on the model's device of each sequence's last new token
+  /// ([T, vocab] with batch.logits_all); the batch's index data is uploaded once. Linear layers
   /// run their decode kernels when every sequence has one token, the prefill ones otherwise;
   /// attention layers read and extend each sequence's KV pages.
   Result<Tensor> forward_batch(const Batch& batch, const BatchMemory& memory,
@@ -91,7 +100,8 @@ class Model {
 };
 
 /// Greedy decoding: prefill `prompt`, then `n` tokens each fed back one at a time.
-/// Returns the generated ids; `logits` (if given) receives each step's logits [n, vocab].
+/// Returns the generated ids; `logits` (if given) receives each step's logits [n, vocab] on the
+/// host (a CUDA model's logits are copied back each step).
 Result<std::vector<int32_t>> greedy_generate(const Model& model, std::span<const int32_t> prompt,
                                              int64_t n, Tensor* logits = nullptr);
 

@@ -2,9 +2,8 @@
 // attn_residual.h).
 #include "model/layers/attn_residual.h"
 
-#include <cstring>
-
 #include "kernels/attn_res.h"
+#include "kernels/copy.h"
 
 namespace hyla::model {
 
@@ -13,7 +12,7 @@ Tensor fold_attn_res_score(const Tensor& norm, const Tensor& proj) {
              norm.view().shape_string(), ", proj ", proj.view().shape_string());
   Tensor cw = Tensor::empty({norm.numel()}, DType::kF32);
   for (int64_t i = 0; i < norm.numel(); ++i)
-    cw.data<float>()[i] = norm.data<float>()[i] * proj.data<float>()[i];
+    cw.host<float>()[i] = norm.host<float>()[i] * proj.host<float>()[i];
   return cw;
 }
 
@@ -26,13 +25,13 @@ int64_t attn_res_scratch_bytes_per_token(const ModelConfig& config) {
   return (config.attn_res_blocks() + 1) * config.hidden_size * int64_t(sizeof(float));
 }
 
-AttnResidualBank::AttnResidualBank(int64_t tokens, int64_t blocks, int64_t hidden)
-    : bank_(Tensor::empty({tokens, blocks, hidden}, DType::kF32)) {}
+AttnResidualBank::AttnResidualBank(int64_t tokens, int64_t blocks, int64_t hidden, Device device)
+    : bank_(Tensor::empty({tokens, blocks, hidden}, DType::kF32, device)) {}
 
 Status AttnResidualBank::mix(const Tensor& partial, const Tensor& cw, float eps, const Tensor& y,
                              Tensor* probs) const {
   Tensor p;
-  if (probs) p = Tensor::empty({partial.size(0), count_ + 1}, DType::kF32);
+  if (probs) p = Tensor::empty({partial.size(0), count_ + 1}, DType::kF32, partial.device());
   HYLA_RETURN_IF_ERROR(kernels::attn_res_mix(
       {.blocks = count_ > 0 ? bank_.view().narrow(1, 0, count_) : TensorView(),
        .partial = partial,
@@ -49,10 +48,12 @@ Status AttnResidualBank::snapshot(const Tensor& partial) {
   if (count_ >= NB)
     return internal_error("AttnResidualBank: snapshot ", count_ + 1, " exceeds the ", NB,
                           " blocks of the bank");
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(bank_.data<float>() + (t * NB + count_) * H, partial.data<float>() + t * H,
-                size_t(H) * sizeof(float));
-  std::memset(partial.data<float>(), 0, size_t(partial.nbytes()));
+  // bank[:, count] = partial: a [T, H] view with the bank's token stride
+  const int64_t shape[] = {T, H}, stride[] = {NB * H, 1};
+  const TensorView slot(bank_.data<float>() + count_ * H, DType::kF32, 2, shape, stride,
+                        bank_.device());
+  HYLA_RETURN_IF_ERROR(kernels::copy({.x = partial, .y = slot}));
+  Tensor(partial).fill_bytes(0);
   ++count_;
   return ok_status();
 }

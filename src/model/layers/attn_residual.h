@@ -24,14 +24,14 @@ Tensor fold_attn_res_score(const Tensor& norm, const Tensor& proj);
 /// True when layer `layer` starts a new block (snapshots the previous one before its attention).
 bool attn_res_block_start(const ModelConfig& config, int64_t layer);
 
-/// Host bytes per token of one forward call's Attention-Residual scratch: the bank
-/// [attn_res_blocks, hidden] f32 and the mixture [hidden] f32 (0 without Attention Residuals).
+/// Bytes per token (on the model's device) of one forward call's Attention-Residual scratch: the
+/// bank [attn_res_blocks, hidden] f32 and the mixture [hidden] f32 (0 without Attention Residuals).
 int64_t attn_res_scratch_bytes_per_token(const ModelConfig& config);
 
 /// The bank of block snapshots of one forward call: [T, NB, hidden] f32, NB = attn_res_blocks().
 class AttnResidualBank {
  public:
-  AttnResidualBank(int64_t tokens, int64_t blocks, int64_t hidden);
+  AttnResidualBank(int64_t tokens, int64_t blocks, int64_t hidden, Device device = Device::cpu());
 
   /// Snapshots written so far.
   int64_t count() const { return count_; }
@@ -42,7 +42,8 @@ class AttnResidualBank {
   /// eps `eps`); `probs`, when given, receives the weights [T, count() + 1].
   Status mix(const Tensor& partial, const Tensor& cw, float eps, const Tensor& y,
              Tensor* probs = nullptr) const;
-  /// Appends `partial` [T, hidden] as the next snapshot and zeroes it (a new block starts).
+  /// Appends `partial` [T, hidden] (on the bank's device) as the next snapshot and zeroes it (a
+  /// new block starts).
   Status snapshot(const Tensor& partial);
 
  private:

@@ -5,6 +5,7 @@
 // long inputs).
 #include "model/layers/kda.h"
 
+#include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gated_rmsnorm.h"
 #include "kernels/gates.h"
 #include "kernels/linear.h"
@@ -38,40 +39,18 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
                    const LinearMemory& memory, const TensorView& out) {
   const KdaLayout l = layout_of(config);
   const int64_t T = x.size(0);
+  const Device device = x.device();
 
   // [q | k | v (| g)] = x W_qkv(g)^T
-  Tensor proj = Tensor::empty({T, l.proj()}, DType::kF32);
+  Tensor proj = Tensor::empty({T, l.proj()}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.qkv_proj, .bias = {}, .y = proj}));
 
-  // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
-  Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32);
-  const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
-  HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, memory, mixed));
-  const TensorView q = mixed.view().narrow(1, 0, l.P()).unflatten_last(l.H, l.d);
-  const TensorView k = mixed.view().narrow(1, l.P(), l.P()).unflatten_last(l.H, l.d);
-  const TensorView v = mixed.view().narrow(1, 2 * l.P(), l.P()).unflatten_last(l.H, l.d);
-
   // [f_a x | b] = x [W_fa | W_b]^T;  f = (f_a x) W_fb^T
-  Tensor fa_b = Tensor::empty({T, l.fa_b()}, DType::kF32);
+  Tensor fa_b = Tensor::empty({T, l.fa_b()}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.fa_b, .bias = {}, .y = fa_b}));
-  Tensor f = Tensor::empty({T, l.P()}, DType::kF32);
+  Tensor f = Tensor::empty({T, l.P()}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::linear(
       {.x = fa_b.view().narrow(1, 0, l.rank), .weight = w.f_b, .bias = {}, .y = f}));
-
-  // g = -exp(A_log[h]) softplus(f + dt_bias) per key channel (or the safe gate), beta = sigmoid(b)
-  Tensor g = Tensor::empty({T, l.H, l.d}, DType::kF32);
-  Tensor beta = Tensor::empty({T, l.H}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(kernels::kda_gate({.f = f.view().unflatten_last(l.H, l.d),
-                                          .A_log = w.A_log,
-                                          .dt_bias = w.dt_bias,
-                                          .lower_bound = config.linear.gate_lower_bound,
-                                          .g = g,
-                                          .b = fa_b.view().narrow(1, l.b(), l.H),
-                                          .beta = beta}));
-
-  // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to each slot
-  Tensor o = Tensor::empty({T, l.H, l.d}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, memory, o));
 
   // gate = x W_g^T (full rank, from the fused projection) or (x W_ga^T) W_gb^T (low rank)
   Tensor low_rank_gate;
@@ -79,21 +58,72 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
   if (l.full_rank_gate) {
     gate = proj.view().narrow(1, l.g(), l.P());
   } else {
-    Tensor g_a = Tensor::empty({T, l.rank}, DType::kF32);
+    Tensor g_a = Tensor::empty({T, l.rank}, DType::kF32, device);
     HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.g_a, .bias = {}, .y = g_a}));
-    low_rank_gate = Tensor::empty({T, l.P()}, DType::kF32);
+    low_rank_gate = Tensor::empty({T, l.P()}, DType::kF32, device);
     HYLA_RETURN_IF_ERROR(
         kernels::linear({.x = g_a, .weight = w.g_b, .bias = {}, .y = low_rank_gate}));
     gate = low_rank_gate;
   }
 
-  // out = (o_norm_w * rmsnorm(o) * sigmoid(gate)) W_o^T
-  HYLA_RETURN_IF_ERROR(kernels::gated_rmsnorm({.x = o,
-                                               .gate = gate.unflatten_last(l.H, l.d),
-                                               .weight = w.o_norm,
-                                               .eps = config.rms_norm_eps,
-                                               .act = kernels::GateActivation::kSigmoid,
-                                               .y = o}));
+  Tensor o = Tensor::empty({T, l.H, l.d}, DType::kF32, device);
+  if (use_fused_decode(config, memory, x, {&w.conv, &w.A_log, &w.dt_bias, &w.o_norm})) {
+    // conv, gates, l2norm, delta rule and the gated norm in one call. The decode entry takes
+    // contiguous qkv / b / gate rows and these are column ranges: copied until the entry takes
+    // row strides (issue 21 plan step 11; then pass the views).
+    HYLA_ASSIGN_OR_RETURN(Tensor qkv, contiguous_copy(proj.view().narrow(1, 0, l.conv_dim())));
+    HYLA_ASSIGN_OR_RETURN(Tensor b, contiguous_copy(fa_b.view().narrow(1, l.b(), l.H)));
+    HYLA_ASSIGN_OR_RETURN(Tensor norm_gate, contiguous_copy(gate.unflatten_last(l.H, l.d)));
+    kernels::GatedDeltaRuleDecodeParams p;
+    p.qkv = qkv;
+    p.conv_weight = w.conv;
+    p.conv_state = memory.conv_pool;
+    p.a = f.view().unflatten_last(l.H, l.d);
+    p.b = b;
+    p.A_log = w.A_log;
+    p.dt_bias = w.dt_bias;
+    p.lower_bound = config.linear.gate_lower_bound;
+    p.state_pool = memory.ssm_pool;
+    p.slots = memory.slots;
+    p.o = o;
+    p.norm_weight = w.o_norm;
+    p.norm_gate = norm_gate;
+    p.norm_eps = config.rms_norm_eps;
+    p.norm_act = kernels::GateActivation::kSigmoid;
+    HYLA_RETURN_IF_ERROR(kernels::gated_delta_rule_decode(p));
+  } else {
+    // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
+    Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32, device);
+    const TensorView qkv_in = proj.view().narrow(1, 0, l.conv_dim());
+    HYLA_RETURN_IF_ERROR(short_conv_silu(qkv_in, w.conv, memory, mixed));
+    const TensorView q = mixed.view().narrow(1, 0, l.P()).unflatten_last(l.H, l.d);
+    const TensorView k = mixed.view().narrow(1, l.P(), l.P()).unflatten_last(l.H, l.d);
+    const TensorView v = mixed.view().narrow(1, 2 * l.P(), l.P()).unflatten_last(l.H, l.d);
+
+    // g = -exp(A_log[h]) softplus(f + dt_bias) per key channel (or the safe gate),
+    // beta = sigmoid(b)
+    Tensor g = Tensor::empty({T, l.H, l.d}, DType::kF32, device);
+    Tensor beta = Tensor::empty({T, l.H}, DType::kF32, device);
+    HYLA_RETURN_IF_ERROR(kernels::kda_gate({.f = f.view().unflatten_last(l.H, l.d),
+                                            .A_log = w.A_log,
+                                            .dt_bias = w.dt_bias,
+                                            .lower_bound = config.linear.gate_lower_bound,
+                                            .g = g,
+                                            .b = fa_b.view().narrow(1, l.b(), l.H),
+                                            .beta = beta}));
+
+    // o = gated_delta_rule(q, k, v, g, beta), state read from and written back to each slot
+    HYLA_RETURN_IF_ERROR(delta_rule(q, k, v, g, beta, memory, o));
+
+    // o = o_norm_w * rmsnorm(o) * sigmoid(gate)
+    HYLA_RETURN_IF_ERROR(kernels::gated_rmsnorm({.x = o,
+                                                 .gate = gate.unflatten_last(l.H, l.d),
+                                                 .weight = w.o_norm,
+                                                 .eps = config.rms_norm_eps,
+                                                 .act = kernels::GateActivation::kSigmoid,
+                                                 .y = o}));
+  }
+  // out = o W_o^T
   return kernels::linear(
       {.x = o.view().reshape({T, l.P()}), .weight = w.o_proj, .bias = {}, .y = out});
 }

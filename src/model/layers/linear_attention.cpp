@@ -2,9 +2,27 @@
 #include "model/layers/linear_attention.h"
 
 #include "kernels/causal_conv1d.h"
+#include "kernels/copy.h"
 #include "kernels/gated_delta_rule.h"
 
 namespace hyla::model {
+
+bool use_fused_decode(const ModelConfig& config, const LinearMemory& memory, const TensorView& x,
+                      std::initializer_list<const Tensor*> f32_weights) {
+  const LinearAttentionConfig& l = config.linear;
+  if (!memory.decode || !x.device().is_cuda()) return false;
+  if (l.head_k_dim != l.head_v_dim || (l.head_k_dim != 64 && l.head_k_dim != 128)) return false;
+  if (l.conv_kernel < 2 || l.conv_kernel > 4) return false;
+  for (const Tensor* w : f32_weights)
+    if (w->dtype() != DType::kF32) return false;
+  return true;
+}
+
+Result<Tensor> contiguous_copy(const TensorView& view) {
+  Tensor t = Tensor::empty(view.ndim(), view.shape(), view.dtype(), view.device());
+  HYLA_RETURN_IF_ERROR(kernels::copy({.x = view, .y = t}));
+  return t;
+}
 
 LayerState linear_new_state(const ModelConfig& config) {
   const LinearAttentionConfig& l = config.linear;

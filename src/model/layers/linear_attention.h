@@ -3,11 +3,24 @@
 // (conv window slide, recurrent rule) and its prefill form otherwise (varlen conv, extend).
 #pragma once
 
+#include <initializer_list>
+
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/layer_state.h"
 
 namespace hyla::model {
+
+/// True when a decode step of this layer runs the fused CUDA decode kernel
+/// (kernels/gated_delta_rule_decode.h: conv, gates, l2norm, rule and gated norm in one call): the
+/// step is on CUDA, every sequence has one new token, and the kernel takes the shapes (d_k = d_v
+/// in {64, 128}, a conv of 2 to 4 taps, f32 conv weight / A_log / dt_bias / norm weight). Other
+/// decode steps run the separate ops.
+bool use_fused_decode(const ModelConfig& config, const LinearMemory& memory, const TensorView& x,
+                      std::initializer_list<const Tensor*> f32_weights);
+
+/// A contiguous copy of `view` (same dtype, same device) through kernels::copy.
+Result<Tensor> contiguous_copy(const TensorView& view);
 
 /// Fresh state of a GDN or KDA layer: conv [1, conv_dim, K-1] and SSM [1, HV, d_v, d_k], zeros.
 LayerState linear_new_state(const ModelConfig& config);
