@@ -77,6 +77,10 @@ Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> lay
              "Model: Attention Residuals need the output score vector");
 }
 
+Device Model::device() const { return embedding_.device(); }
+
+Model Model::to(Device /*device*/) const { return *this; }
+
 SequenceState Model::new_sequence(int64_t capacity) const {
   SequenceState s;
   s.capacity = capacity;

@@ -66,6 +66,13 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
 
+  /// The device the weights are on (the embedding's).
+  Device device() const;
+  /// A copy of the model with its weights on `device`. Stand-in until the CUDA model lands: it
+  /// moves nothing, so for a device other than the weights' one the copy's device() still names
+  /// where they are; callers check device() and refuse to run.
+  Model to(Device device) const;
+
   /// Fresh per-sequence memory for up to `capacity` tokens.
   SequenceState new_sequence(int64_t capacity) const;
 
