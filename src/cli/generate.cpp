@@ -1,7 +1,8 @@
-// `hyla generate` (see generate.h). Ids mode: load_model -> Engine::create (memory plan to stderr)
+// `hyla generate` (see generate.h). Ids mode: load_model -> Model::to(--device) -> Engine::create
+// (memory plan to stderr)
 // -> one request per prompt -> step until idle -> one line of ids per prompt, or one JSON object.
-// Text mode: tokenizer + model + engine (one progress line) -> encode the prompt -> one request,
-// its tokens streamed through StreamingDecoder as they come -> tokens/s.
+// Text mode: tokenizer + model (moved to --device) + engine (one progress line) -> encode the
+// prompt -> one request, its tokens streamed through StreamingDecoder as they come -> tokens/s.
 #include "cli/generate.h"
 
 #include <nlohmann/json.hpp>
@@ -14,12 +15,12 @@
 #include <memory>
 #include <set>
 
+#include "cli/device.h"
 #include "cli/io.h"
 #include "core/error.h"
 #include "model/architecture.h"
 #include "model/json_file.h"
 #include "runtime/engine.h"
-#include "runtime/memory/host_memory.h"
 #ifdef HYLA_WITH_PCRE2
 #include "serve/tokenizer.h"
 #endif
@@ -95,14 +96,15 @@ runtime::SamplingParams sampling(const GenerateOptions& o, bool text_mode) {
   return p;
 }
 
-/// The engine's options for `prompts` (token counts) run at `max_new_tokens`: the budget given,
-/// or one sized for every prompt at once (at most 3/4 of the available memory; a note says so
-/// when that caps it), the context limit and its override.
+/// The engine's options on `device` for `prompts` (token counts) run at `max_new_tokens`: the
+/// budget given, or one sized for every prompt at once (at most 3/4 of the device's available
+/// memory; a note says so when that caps it), the context limit and its override.
 Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
-                                              const model::ModelConfig& config,
+                                              const model::ModelConfig& config, Device device,
                                               const std::vector<int64_t>& prompt_tokens,
                                               int64_t max_new_tokens, std::FILE* err) {
   runtime::EngineOptions engine;
+  engine.device = device;
   engine.allow_long_context = options.allow_long_context;
   if (options.budget_mib) {
     engine.memory_budget_bytes = *options.budget_mib << 20;
@@ -114,15 +116,14 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
                         runtime::size_engine_memory(config, engine, tokens));
   engine.memory_budget_bytes = sizing.budget_bytes;
   engine.state_ratio = sizing.state_ratio;
-  Result<runtime::HostMemory> host = runtime::host_memory();
-  if (host.ok() && sizing.budget_bytes > host->available_bytes / 4 * 3) {
-    engine.memory_budget_bytes = host->available_bytes / 4 * 3;
+  Result<AvailableMemory> available = available_memory(device);
+  if (available.ok() && sizing.budget_bytes > available->bytes / 4 * 3) {
+    engine.memory_budget_bytes = available->bytes / 4 * 3;
     std::fprintf(err,
                  "hyla generate: note: running every prompt at once needs %s, more than 3/4 of "
-                 "the %s available: the budget is %s and prompts wait for each other "
+                 "the %s: the budget is %s and prompts wait for each other "
                  "(--budget-mib sets it)\n",
-                 runtime::format_bytes(sizing.budget_bytes).c_str(),
-                 runtime::format_bytes(host->available_bytes).c_str(),
+                 runtime::format_bytes(sizing.budget_bytes).c_str(), available->description.c_str(),
                  runtime::format_bytes(engine.memory_budget_bytes).c_str());
   }
   return engine;
@@ -188,8 +189,8 @@ class RunTimer {
   int64_t tokens_ = 0, decode_tokens_ = 0;
 };
 
-int run_ids(const GenerateOptions& options, const std::string& model_dir, std::FILE* out,
-            std::FILE* err, std::FILE* in) {
+int run_ids(const GenerateOptions& options, const std::string& model_dir, Device device,
+            std::FILE* out, std::FILE* err, std::FILE* in) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < options.prompt_ids.size(); ++i) {
     std::string text = options.prompt_ids[i];
@@ -207,11 +208,13 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, std::F
   if (!model.ok()) return fail(err, model.status().message());
   for (const std::string& warning : model.value()->config().warnings)
     std::fprintf(err, "hyla generate: warning: %s\n", warning.c_str());
+  model = model_on(std::move(model).value(), device);
+  if (!model.ok()) return fail(err, model.status().message());
   const runtime::SamplingParams params = sampling(options, /*text_mode=*/false);
   std::vector<int64_t> prompt_tokens;
   for (const std::vector<int32_t>& p : prompts) prompt_tokens.push_back(int64_t(p.size()));
-  Result<runtime::EngineOptions> engine_options_ =
-      engine_options(options, model.value()->config(), prompt_tokens, params.max_new_tokens, err);
+  Result<runtime::EngineOptions> engine_options_ = engine_options(
+      options, model.value()->config(), device, prompt_tokens, params.max_new_tokens, err);
   if (!engine_options_.ok()) return fail(err, engine_options_.status().message());
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options_.value());
@@ -220,7 +223,8 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, std::F
                 str_cat(options.budget_mib ? str_cat("--budget-mib ", *options.budget_mib, ": ")
                                            : std::string(),
                         engine.status().message()));
-  std::fprintf(err, "memory plan: %s\n", engine.value()->plan().summary().c_str());
+  std::fprintf(err, "memory plan (%s): %s\n", device_name(device).c_str(),
+               engine.value()->plan().summary().c_str());
 
   // A refused or failed request is reported and the others go on.
   std::vector<std::string> errors(prompts.size());
@@ -309,8 +313,8 @@ std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::s
   return out;
 }
 
-int run_text(const GenerateOptions& options, const std::string& model_dir, std::FILE* out,
-             std::FILE* err, std::FILE* in) {
+int run_text(const GenerateOptions& options, const std::string& model_dir, Device device,
+             std::FILE* out, std::FILE* err, std::FILE* in) {
   const std::string prompt_text = options.prompt_text == "-" ? read_all(in) : options.prompt_text;
   if (prompt_text.empty()) return fail(err, "the prompt read from stdin is empty");
   const std::string tokenizer_path =
@@ -330,9 +334,11 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, std::
   std::fflush(err);
   Result<std::unique_ptr<model::Model>> model = model::load_model(model_dir);
   if (!model.ok()) return fail_after_progress(err, model.status().message());
+  model = model_on(std::move(model).value(), device);
+  if (!model.ok()) return fail_after_progress(err, model.status().message());
   const model::ModelConfig& config = model.value()->config();
-  std::fprintf(err, " (%s, %lld layers)", config.model_type.c_str(),
-               static_cast<long long>(config.num_layers));
+  std::fprintf(err, " (%s, %lld layers) on %s", config.model_type.c_str(),
+               static_cast<long long>(config.num_layers), device_name(device).c_str());
   for (const std::string& warning : config.warnings)
     std::fprintf(err, "\nhyla generate: warning: %s", warning.c_str());
   if (tokenizer->vocab_size() > config.vocab_size)
@@ -349,7 +355,7 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, std::
   std::fprintf(err, ", engine");
   std::fflush(err);
   Result<runtime::EngineOptions> engine_options_ =
-      engine_options(options, config, {int64_t(prompt.size())}, params.max_new_tokens, err);
+      engine_options(options, config, device, {int64_t(prompt.size())}, params.max_new_tokens, err);
   if (!engine_options_.ok()) return fail_after_progress(err, engine_options_.status().message());
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options_.value());
@@ -446,6 +452,9 @@ Status validate(const GenerateOptions& o) {
                             kMaxBudgetMib, "]");
   if (o.seed < 0)
     return invalid_argument("--seed is ", o.seed, ", expected an integer in [0, ", INT64_MAX, "]");
+  if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
+      std::end(kDeviceNames))
+    return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
     return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
   return ok_status();
@@ -469,9 +478,11 @@ int generate(const GenerateOptions& options, std::FILE* out, std::FILE* err, std
   const std::string model_dir = is_default ? default_model_dir() : options.model_dir;
   if (const Status s = check_model_dir(model_dir, is_default); !s.ok())
     return fail(err, s.message());
-  if (ids_mode) return run_ids(options, model_dir, out, err, in);
+  const Result<Device> device = resolve_device(options.device);
+  if (!device.ok()) return fail(err, device.status().message());
+  if (ids_mode) return run_ids(options, model_dir, device.value(), out, err, in);
 #ifdef HYLA_WITH_PCRE2
-  return run_text(options, model_dir, out, err, in);
+  return run_text(options, model_dir, device.value(), out, err, in);
 #else
   return fail(err,
               "this hyla was built without the tokenizer (CMake found no PCRE2 + ICU: install "

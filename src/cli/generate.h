@@ -3,7 +3,8 @@
 //                                                i.e. a build with PCRE2 + ICU, and
 //                                                DIR/tokenizer.json)
 //   hyla generate [--model DIR] --prompt-ids "1 2 3" [--prompt-ids ...]   ids in, ids out, batched
-// DIR defaults to the embedded demo model (models/hyla-demo, see default_model_dir). A prompt "-"
+// DIR defaults to the embedded demo model (models/hyla-demo, see default_model_dir). --device
+// cpu|cuda|auto (default auto: the GPU when one is visible) says where the model runs. A prompt "-"
 // (text or ids) is read from stdin. Each refused or failed request is reported on stderr and the
 // others run to the end (exit code 1 then). The memory budget is sized from the model and the
 // requests unless --budget-mib gives it. Speed: decode tokens over decode time (the steps that ran
@@ -40,6 +41,7 @@ struct GenerateOptions {
   bool json = false;                ///< one JSON object instead of lines of ids / streamed text
   bool ignore_eos = false;          ///< text mode: keep going past the end-of-text token
   bool allow_long_context = false;  ///< run prompts longer than max_position_embeddings
+  std::string device = "auto";      ///< cpu | cuda | auto (CUDA when a device is visible)
 };
 
 /// Checks every numeric option's range; the message names the option, its value and the range.
@@ -53,8 +55,8 @@ std::string default_model_dir();
 /// Runs the command: results to `out` (text mode streams there, flushing after each token), the
 /// loading progress, memory plan, tokens/s and errors to `err`; a prompt "-" is read from `in`.
 /// Returns the process exit code: 2 on an option out of range, 1 on a bad prompt, a missing model
-/// or tokenizer, a build without the tokenizer, or any request refused or failed (the others
-/// still run to the end and print).
+/// or tokenizer, a build without the tokenizer, a --device this build or machine does not have,
+/// or any request refused or failed (the others still run to the end and print).
 int run_generate(const GenerateOptions& options, std::FILE* out = stdout, std::FILE* err = stderr,
                  std::FILE* in = stdin);
 

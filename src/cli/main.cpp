@@ -1,12 +1,14 @@
 // The `hyla` command. Subcommands: selfcheck (CPU check + short benchmark of the delta-rule core),
 // inspect (a checkpoint's tensors per layer and role), generate (a prompt text in, text streamed
 // out, by default on the embedded demo model; or token ids in, ids out; through the runtime
-// engine), tokenize / detokenize (text <-> ids through a tokenizer.json; only in builds with
-// PCRE2). Later issues add serve and bench.
+// engine), bench (the engine's prefill and decode speed in llama-bench's cases), tokenize /
+// detokenize (text <-> ids through a tokenizer.json; only in builds with PCRE2). A later issue
+// adds serve.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
+#include "cli/bench.h"
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
@@ -75,6 +77,10 @@ int main(int argc, char** argv) {
                 "run prompts longer than the model's context limit (max_position_embeddings)");
   gen->add_flag("--json", generate.json,
                 "print one JSON object instead of lines of ids or streamed text");
+  gen->add_option("--device", generate.device,
+                  "where the model runs: cpu, cuda, or auto (default: cuda when a CUDA device is "
+                  "visible, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   int threads = 0;
   gen->add_option("--threads", threads,
                   "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
@@ -82,6 +88,40 @@ int main(int argc, char** argv) {
   bool verbose = false;
   gen->add_flag("--verbose", verbose,
                 "print the CPU's vector units, the threads and the GEMM kernels to stderr first");
+
+  hyla::cli::BenchOptions bench;
+  CLI::App* bn = app.add_subcommand(
+      "bench",
+      "prefill and decode tokens/s of the engine (llama-bench / llama-batched-bench cases) with "
+      "random prompt ids: a markdown table, and JSON with --json");
+  bn->add_option("--model", bench.model_dir,
+                 "checkpoint folder (default: the embedded demo model, models/hyla-demo)");
+  bn->add_option("--device", bench.device, "cpu, cuda, or auto (default: cuda when visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  bn->add_option("--prompt", bench.prompt, "prefill cases: prompt tokens (default 512,4096)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  bn->add_option("--depth", bench.depth,
+                 "one-sequence decode cases: tokens before the decode (default 0,4096)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  bn->add_option("--batch", bench.batch,
+                 "aggregate decode cases: sequences decoding together (default 1,4,16,64)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  bn->add_option("--batch-prompt", bench.batch_prompt,
+                 "prompt tokens of each batched sequence (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  bn->add_option("--new", bench.new_tokens, "generated tokens per sequence (default 128)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  bn->add_option("--step-tokens", bench.step_tokens,
+                 "prompt tokens per step of the prefill cases (default 2048)")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
+  bn->add_option("--json", bench.json_path, "also write the results to this JSON file");
+  int bench_threads = 0;
+  bn->add_option("--threads", bench_threads,
+                 "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
+      ->check(CLI::Range(1, 1024));
 
 #ifdef HYLA_WITH_PCRE2
   std::string tokenizer_path, tokenizer_model;
@@ -113,6 +153,10 @@ int main(int argc, char** argv) {
                    hyla::threading_summary().c_str());
     }
     return hyla::cli::run_generate(generate);
+  }
+  if (bn->parsed()) {
+    if (bench_threads > 0) hyla::set_num_threads(bench_threads);
+    return hyla::cli::run_bench(bench);
   }
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);

@@ -13,6 +13,7 @@ void* cuda_alloc(size_t bytes);
 void cuda_free(void* ptr);
 void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes);
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes);
+Result<DeviceFreeMemory> cuda_free_memory(int index);
 #else
 static bool cuda_available_impl() { return false; }
 [[noreturn]] static void no_cuda() {
@@ -26,6 +27,18 @@ static void cuda_fill_bytes(void*, uint8_t, size_t) { no_cuda(); }
 #endif
 
 bool cuda_available() { return cuda_available_impl(); }
+
+Result<DeviceFreeMemory> device_free_memory(Device device) {
+  if (!device.is_cuda())
+    return invalid_argument("device_free_memory: ", device_name(device),
+                            " is not a CUDA device (the host's memory: host_memory())");
+#if HYLA_WITH_CUDA
+  return cuda_free_memory(device.index);
+#else
+  return unsupported(
+      "device_free_memory: this build has no CUDA support (configure with -DHYLA_CUDA=ON)");
+#endif
+}
 
 void* device_alloc(Device device, size_t bytes) {
   if (device.is_cuda()) return cuda_alloc(bytes);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/device_memory.h"
 
 namespace hyla {
 
@@ -48,6 +49,30 @@ void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t 
                                   ? (src_cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                                   : (src_cuda ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
   HYLA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+}
+
+Result<DeviceFreeMemory> cuda_free_memory(int index) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  (void)cudaGetLastError();  // a failed count (no driver, no device) is answered below, not kept
+  if (count == 0)
+    return Status(ErrorCode::kNotFound,
+                  "device_free_memory: no CUDA device is visible (none installed, no driver, or "
+                  "hidden by CUDA_VISIBLE_DEVICES)");
+  if (index < 0 || index >= count)
+    return Status(ErrorCode::kNotFound, str_cat("device_free_memory: there is no CUDA device ",
+                                                index, ": ", count, " are visible"));
+  // cudaMemGetInfo answers for the current device: switch to `index` for the call, then back.
+  int current = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&current));
+  HYLA_CUDA_CHECK(cudaSetDevice(index));
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  HYLA_CUDA_CHECK(cudaSetDevice(current));
+  if (err != cudaSuccess)
+    return internal_error("device_free_memory: cudaMemGetInfo on CUDA device ", index, ": ",
+                          cudaGetErrorString(err));
+  return DeviceFreeMemory{int64_t(free_bytes), int64_t(total_bytes)};
 }
 
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes) {

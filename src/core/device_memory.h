@@ -12,6 +12,14 @@ namespace hyla {
 /// True when this binary was built with CUDA and at least one device is visible.
 bool cuda_available();
 
+/// Free and total memory of a device: cudaMemGetInfo for a CUDA device. Errors: a CPU device
+/// (the host's memory is runtime/memory/host_memory's), a build without CUDA, no such device.
+struct DeviceFreeMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+Result<DeviceFreeMemory> device_free_memory(Device device);
+
 void* device_alloc(Device device, size_t bytes);
 void device_free(Device device, void* ptr);
 /// Copies `bytes` between any two devices (synchronous).

@@ -49,6 +49,15 @@ struct BatchMemory {
   std::vector<TensorView> k_pages;
   std::vector<TensorView> v_pages;
   int64_t page_size = 0;
+  /// Fused CUDA decode of the linear layers (kernels/gated_delta_rule_decode.h), optional
+  /// (undefined: the kernel runs without them; the CPU ignores them). Shared by every linear layer,
+  /// which run one after another on one stream.
+  /// decode_arrivals: [max_sequences, H] i32 zeros on the pools' device; a decode step of B
+  /// sequences passes its first B rows (every call leaves them zero again).
+  /// decode_workspace: f32 scratch of at least gated_delta_rule_decode_workspace_bytes for
+  /// max_sequences sequences (T = 1), 16-byte aligned.
+  TensorView decode_arrivals;
+  TensorView decode_workspace;
 };
 
 }  // namespace hyla::model

@@ -1,11 +1,14 @@
 // Engine (see engine.h): FCFS continuous batching with C-aligned chunked prefill over the state
-// slot and KV page pools; one model::Batch per step, sampled with each request's Sampler.
+// slot and KV page pools on the host or a CUDA device; one model::Batch per step, its logits
+// sampled on the host with each request's Sampler.
 #include "runtime/engine.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "core/device_memory.h"
+#include "kernels/gated_delta_rule_decode.h"
 #include "runtime/memory/host_memory.h"
 
 namespace hyla::runtime {
@@ -33,9 +36,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
     return invalid_argument("Engine: max_running is ", options.max_running, ", expected >= 1");
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
+  HYLA_RETURN_IF_ERROR(engine->init_device());
   HYLA_RETURN_IF_ERROR(engine->init_memory_plan());
   HYLA_RETURN_IF_ERROR(engine->init_state_pool());
   HYLA_RETURN_IF_ERROR(engine->init_kv_pool());
+  engine->init_decode_scratch();
   engine->init_batch_memory();
   return engine;
 }
@@ -44,8 +49,10 @@ MemoryPlanOptions memory_plan_options(const EngineOptions& options) {
   MemoryPlanOptions m;
   m.state.conv_dtype = options.conv_dtype;
   m.state.ssm_dtype = options.state_dtype;
+  m.state.device = options.device;
   m.kv.page_size = options.page_size;
   m.kv.dtype = options.kv_dtype;
+  m.kv.device = options.device;
   m.max_batch_tokens = options.max_batch_tokens;
   return m;
 }
@@ -59,16 +66,62 @@ Result<MemorySizing> size_engine_memory(const model::ModelConfig& config,
   return size_memory(config, request_tokens, memory_plan_options(options));
 }
 
+// The device exists in this build and on this machine, and the weights are on it.
+Status Engine::init_device() {
+  const Device device = options_.device;
+  if (device.is_cuda()) {
+    Result<DeviceFreeMemory> memory = device_free_memory(device);
+    if (!memory.ok())
+      return Status(memory.status().code(), str_cat("Engine: device ", device_name(device), ": ",
+                                                    memory.status().message()));
+  }
+  if (model_.device() != device)
+    return invalid_argument("Engine: the model's weights are on ", device_name(model_.device()),
+                            " but the engine's device is ", device_name(device),
+                            " (Model::to moves them)");
+  return ok_status();
+}
+
+int64_t Engine::max_step_sequences() const {
+  return std::min(options_.max_running, std::max<int64_t>(plan_.state_slots, 1));
+}
+
+int64_t Engine::decode_scratch_bytes() const {
+  if (!options_.device.is_cuda() || plan_.state_slots == 0) return 0;
+  const model::ModelConfig& c = model_.config();
+  const model::LinearAttentionConfig& l = c.linear;
+  const int64_t B = max_step_sequences();
+  const kernels::DecodeShape shape{.T = 1,
+                                   .B = B,
+                                   .H = l.num_k_heads,
+                                   .HV = l.num_v_heads,
+                                   .d_k = l.head_k_dim,
+                                   .d_v = l.head_v_dim,
+                                   .conv_dim = l.conv_dim(),
+                                   .kda = c.num_layers_of(model::MixerKind::kKimiDelta) > 0};
+  return B * l.num_k_heads * int64_t(sizeof(int32_t)) +
+         kernels::gated_delta_rule_decode_workspace_bytes(shape);
+}
+
 Status Engine::init_memory_plan() {
   HYLA_ASSIGN_OR_RETURN(plan_, plan_memory(model_.config(), options_.memory_budget_bytes,
                                            options_.state_ratio, memory_plan_options(options_)));
-  // What the pools and the step scratch will take, against what the host can give, before any
+  // What the pools and the step scratch will take, against what the device can give, before any
   // of it is allocated (an allocation beyond it fails or swaps, late and without a reason).
-  const int64_t needed = plan_.scratch_bytes + plan_.state_bytes() + plan_.kv_bytes();
-  int64_t limit = options_.host_memory_bytes;
+  const int64_t needed =
+      plan_.scratch_bytes + plan_.state_bytes() + plan_.kv_bytes() + decode_scratch_bytes();
+  int64_t limit = options_.memory_limit_bytes;
   std::string against;  // what the limit is, for the message
   if (limit > 0) {
-    against = str_cat("more than the limit of ", format_bytes(limit), " (host_memory_bytes)");
+    against = str_cat("more than the limit of ", format_bytes(limit), " (memory_limit_bytes)");
+  } else if (options_.device.is_cuda()) {
+    Result<DeviceFreeMemory> device = device_free_memory(options_.device);
+    if (!device.ok()) return device.status();  // init_device found it; it went away since
+    limit = device->free_bytes;
+    against =
+        str_cat("but ", device_name(options_.device), " has ", format_bytes(device->free_bytes),
+                " free of ", format_bytes(device->total_bytes),
+                " (cudaMemGetInfo); lower the memory budget");
   } else {
     Result<HostMemory> host = host_memory();
     if (!host.ok()) return ok_status();  // no figure to check against
@@ -99,6 +152,16 @@ Status Engine::init_kv_pool() {
   return ok_status();
 }
 
+// CUDA with linear layers: the fused decode kernel's arrival counters (zeros, left zero by every
+// call) and its workspace, sized for the most sequences a step can hold.
+void Engine::init_decode_scratch() {
+  if (decode_scratch_bytes() == 0) return;
+  const int64_t B = max_step_sequences(), H = model_.config().linear.num_k_heads;
+  decode_arrivals_ = Tensor::zeros({B, H}, DType::kI32, options_.device);
+  const int64_t workspace_bytes = decode_scratch_bytes() - B * H * int64_t(sizeof(int32_t));
+  decode_workspace_ = Tensor::empty({(workspace_bytes + 3) / 4}, DType::kF32, options_.device);
+}
+
 // Per global layer: the pool views the model reads and writes (undefined for the other kind).
 void Engine::init_batch_memory() {
   const int L = int(model_.config().num_layers);
@@ -107,6 +170,8 @@ void Engine::init_batch_memory() {
   memory_.k_pages.assign(size_t(L), TensorView());
   memory_.v_pages.assign(size_t(L), TensorView());
   memory_.page_size = options_.page_size;
+  memory_.decode_arrivals = decode_arrivals_;
+  memory_.decode_workspace = decode_workspace_;
   for (int layer = 0; layer < L; ++layer) {
     if (states_ && states_->linear_index(layer) >= 0) {
       memory_.conv_state[size_t(layer)] = states_->conv_state(states_->linear_index(layer));
@@ -303,6 +368,8 @@ std::vector<TokenEvent> Engine::step() {
       release(s.request->id, FinishReason::kError, events, logits.status().message());
     return events;
   }
+  // The checks and the sampling run on the host: one copy of the step's [B, vocab] logits.
+  const Tensor host_logits = logits->device().is_cpu() ? *logits : logits->to(Device::cpu());
 
   for (int64_t b = 0; b < B; ++b) {
     Request& r = *scheduled[size_t(b)].request;
@@ -311,7 +378,7 @@ std::vector<TokenEvent> Engine::step() {
     r.processed += scheduled[size_t(b)].count;
     if (!r.prompt_done()) continue;  // mid-prompt chunk: nothing to sample
 
-    const float* row = logits->data<float>() + b * V;
+    const float* row = host_logits.host<float>() + b * V;
     if (const std::string bad = non_finite(row, V); !bad.empty()) {
       release(r.id, FinishReason::kError, events,
               str_cat("request ", r.id, ": the logits of step ", totals_.steps, " (its token ",

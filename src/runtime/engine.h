@@ -3,7 +3,7 @@
 //   request (prompt ids + SamplingParams) -> waiting queue (FCFS)
 //     -> admitted: one StatePool slot + KV pages for prompt + max_new_tokens, reserved up front
 //     -> each step: one model::Batch (decode tokens + C-aligned prefill chunks) over BatchMemory
-//     -> Model::forward_batch -> logits [B, vocab] -> Sampler -> TokenEvent per sampled token
+//     -> Model::forward_batch -> logits [B, vocab] (to the host) -> Sampler -> TokenEvent per token
 //     -> finished (stop token / max tokens / cancelled / error): slot and pages freed at once
 #pragma once
 
@@ -41,9 +41,15 @@ struct EngineOptions {
   DType state_dtype = DType::kF32;  ///< SSM state: f32 | bf16
   DType conv_dtype = DType::kBF16;  ///< conv state: f32 | bf16
   DType kv_dtype = DType::kF32;     ///< KV pages: f32 | bf16
-  /// The most the pools may take (state + KV + per-step scratch), checked by Engine::create
-  /// before it allocates; 0: the host's available memory (host_memory(), MemAvailable).
-  int64_t host_memory_bytes = 0;
+  /// Where the pools live and the model runs: the host or a CUDA device; the model's weights must
+  /// be there too (Model::to). On CUDA the engine also owns the fused decode kernel's arrival
+  /// counters and workspace (model::BatchMemory), and copies each step's logits to the host,
+  /// where the sampling runs.
+  Device device = Device::cpu();
+  /// The most the pools may take on `device` (state + KV + per-step scratch), checked by
+  /// Engine::create before it allocates; 0: what the device has (the host: host_memory()'s
+  /// MemAvailable; CUDA: device_free_memory()'s free bytes).
+  int64_t memory_limit_bytes = 0;
   /// Context limit in tokens; 0 = the model's (ModelConfig::max_context, from config.json's
   /// max_position_embeddings; 0 there too = unknown). add_request refuses a longer prompt unless
   /// allow_long_context.
@@ -51,7 +57,7 @@ struct EngineOptions {
   bool allow_long_context = false;
 };
 
-/// The MemoryPlanOptions (dtypes, page size, scratch) that `options` implies.
+/// The MemoryPlanOptions (dtypes, page size, device, scratch) that `options` implies.
 MemoryPlanOptions memory_plan_options(const EngineOptions& options);
 
 /// A memory budget and state ratio for `options` (see size_memory) under which every request of
@@ -106,8 +112,10 @@ struct EngineStats {
 class Engine {
  public:
   /// Plans memory (plan_memory) and builds the pools; prints nothing. Errors: options out of
-  /// range, a budget that holds no slot or page, a plan that needs more than the host's available
-  /// memory (or options.host_memory_bytes), checked before anything is allocated.
+  /// range; a CUDA device in a build without CUDA, or one that is not visible; a model whose
+  /// weights are on another device than options.device; a budget that holds no slot or page; a
+  /// plan that needs more than the device's available memory (or options.memory_limit_bytes),
+  /// checked before anything is allocated.
   static Result<std::unique_ptr<Engine>> create(const model::Model& model,
                                                 EngineOptions options = {});
 
@@ -152,10 +160,17 @@ class Engine {
   };
 
   Engine(const model::Model& model, EngineOptions options);
+  Status init_device();
   Status init_memory_plan();
   Status init_state_pool();
   Status init_kv_pool();
+  void init_decode_scratch();
   void init_batch_memory();
+  /// Sequences a step can hold at most (running requests): min(max_running, state slots).
+  int64_t max_step_sequences() const;
+  /// Bytes of the fused decode kernel's arrival counters + workspace (CUDA with linear layers;
+  /// else 0).
+  int64_t decode_scratch_bytes() const;
 
   int64_t pages_needed(const Request& r) const;
   bool can_admit(const Request& r) const;
@@ -171,6 +186,8 @@ class Engine {
   MemoryPlan plan_;
   std::optional<StatePool> states_;  ///< absent for a model without linear layers
   std::optional<KvPagePool> pages_;  ///< absent for a model without attention layers
+  Tensor decode_arrivals_;           ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
+  Tensor decode_workspace_;  ///< CUDA: f32, gated_delta_rule_decode_workspace_bytes (BatchMemory)
   model::BatchMemory memory_;
   std::map<RequestId, Request> requests_;   ///< waiting and running, in arrival (id) order
   std::vector<TokenEvent> pending_events_;  ///< cancels, reported by the next step

@@ -1,7 +1,8 @@
 // Engine robustness: a request whose logits turn NaN / inf ends with an error naming it and the
 // step while the others in the batch finish as if alone (a golden checkpoint copy whose embedding
 // row of one token is +inf); prompts beyond the context limit are refused per request; a memory
-// plan beyond the host's memory is refused before allocation; the default budget sizing
+// plan beyond the host's memory is refused before allocation; a CUDA engine in a build or on a
+// machine without CUDA is refused with the reason; the default budget sizing
 // (size_memory / size_engine_memory) holds exactly the requests it was sized for.
 #include <cstring>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_memory.h"
 #include "model/architecture.h"
 #include "model/safetensors.h"
 #include "model/test_files.h"
@@ -174,10 +176,10 @@ TEST(EngineErrors, PromptBeyondTheContextLimitIsRefusedAlone) {
 TEST(EngineErrors, PlanBeyondHostMemoryIsRefusedBeforeAllocating) {
   const std::unique_ptr<model::Model> model = load(golden_dir("qwen3_next"));
   EngineOptions options = small_options();
-  options.host_memory_bytes = 1000;
+  options.memory_limit_bytes = 1000;
   EXPECT_ERROR_CONTAINS(Engine::create(*model, options).status(),
                         "Engine: the memory plan needs 16.0 MiB (budget 16.0 MiB), more than the "
-                        "limit of 1000 B (host_memory_bytes)");
+                        "limit of 1000 B (memory_limit_bytes)");
   // This machine's own memory: a 1 PiB budget (what --budget-mib 1073741824 asks) plans pools of
   // hundreds of TiB, refused with both numbers before any allocation.
   Result<HostMemory> host = host_memory();
@@ -192,6 +194,31 @@ TEST(EngineErrors, PlanBeyondHostMemoryIsRefusedBeforeAllocating) {
                                           " MemAvailable / MemTotal); lower the memory budget")})
     EXPECT_NE(refused.message().find(part), std::string::npos)
         << part << " not in: " << refused.message();
+}
+
+// Without a visible CUDA device (or without CUDA in the build) an engine on CUDA is refused at
+// create with the reason, before the model's device is compared; with one, its free memory is a
+// positive figure no larger than the total.
+TEST(EngineErrors, CudaDeviceWithoutCudaIsRefused) {
+  const std::unique_ptr<model::Model> model = load(golden_dir("qwen3_next"));
+  EngineOptions options = small_options();
+  options.device = Device::cuda();
+  if (cuda_available()) {
+    Result<DeviceFreeMemory> memory = device_free_memory(Device::cuda());
+    ASSERT_TRUE(memory.ok()) << memory.status().message();
+    EXPECT_GT(memory->free_bytes, 0);
+    EXPECT_LE(memory->free_bytes, memory->total_bytes);
+    GTEST_SKIP() << "a CUDA device is visible: the refusal is not reachable here";
+  }
+#if HYLA_WITH_CUDA
+  const char* reason = "no CUDA device is visible";
+#else
+  const char* reason = "this build has no CUDA support";
+#endif
+  const Status refused = Engine::create(*model, options).status();
+  EXPECT_ERROR_CONTAINS(refused, str_cat("Engine: device cuda:0: device_free_memory: ", reason));
+  EXPECT_ERROR_CONTAINS(device_free_memory(Device::cuda()).status(), reason);
+  EXPECT_ERROR_CONTAINS(device_free_memory(Device::cpu()).status(), "cpu is not a CUDA device");
 }
 
 TEST(HostMemory, ParsesMeminfo) {

@@ -1,188 +1,38 @@
-// Engine: on every golden architecture (tests/data/golden/<arch>), batched greedy generation ==
-// each request alone == model::greedy_generate; chunked prefill at several step budgets gives the
-// same tokens; HF's greedy tokens of prompts A and B come out; the pools are full again after
-// completion, cancel (waiting, mid-prefill, mid-decode) and refused requests; admission waits for
-// free slots or pages; seeded sampling is reproducible. Kimi K3 (Attention Residuals, latent MoE)
-// runs here like every other golden architecture.
+// Engine on the CPU: on every golden architecture (tests/data/golden/<arch>), batched greedy
+// generation == each request alone == model::greedy_generate; chunked prefill at several step
+// budgets gives the same tokens; HF's greedy tokens of prompts A and B come out; the pools are full
+// again after completion, cancel (waiting, mid-prefill, mid-decode) and refused requests; admission
+// waits for free slots or pages; seeded sampling is reproducible. Kimi K3 (Attention Residuals,
+// latent MoE) runs here like every other golden architecture. The device-generic checks live in
+// engine_testing.h; runtime/cuda/engine_cuda_test.cpp runs them on CUDA.
 #include "runtime/engine.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/architecture.h"
-#include "model/json_file.h"
-#include "model/safetensors.h"
+#include "runtime/engine_testing.h"
 #include "testing.h"
 
 namespace hyla::runtime {
 namespace {
 
-namespace fs = std::filesystem;
-using Tokens = std::vector<int32_t>;
-
-std::string golden_root() { return testing::golden_root(HYLA_TEST_DATA_DIR "/golden"); }
-
-std::vector<std::string> golden_archs() {
-  std::vector<std::string> archs;
-  for (const std::string& dir : testing::golden_arch_dirs(golden_root()))
-    archs.push_back(fs::path(dir).filename().string());
-  return archs;
-}
+using namespace engine_testing;  // NOLINT: the shared helpers are this file's vocabulary
 
 // An empty list (a wrong $HYLA_GOLDEN_DIR) must fail, not pass by running nothing.
 TEST(EngineGolden, HasArchitectures) { EXPECT_TRUE(testing::expect_golden_archs(golden_root())); }
 
-/// One golden architecture: the model and HF's prompts and greedy tokens, loaded once per process.
-struct Golden {
-  std::unique_ptr<model::Model> model;
-  Tokens a_prompt, a_tokens, b_prompt, b_tokens;
-  /// The smallest router selection margin the reference reports (reference_meta.json checks
-  /// "<prompt>.router_min_selection_margin"; +inf when it reports none).
-  double router_margin = INFINITY;
-};
-
-Tokens read_ids(const model::SafetensorsFile& file, const std::string& key) {
-  const model::TensorEntry* entry = file.find(key);
-  HYLA_CHECK(entry != nullptr, "reference key '", key, "' missing");
-  Tokens ids;
-  for (double v : testing::to_f64(entry->view())) ids.push_back(int32_t(v));
-  return ids;
-}
-
-const Golden& golden(const std::string& arch) {
-  static std::map<std::string, Golden> cache;
-  auto it = cache.find(arch);
-  if (it != cache.end()) return it->second;
-  const std::string dir = golden_root() + "/" + arch;
-  Result<std::unique_ptr<model::Model>> model = model::load_model(dir);
-  HYLA_CHECK(model.ok(), "loading ", dir, ": ", model.status().message());
-  Result<model::SafetensorsFile> ref = model::SafetensorsFile::open(dir + "/reference.safetensors");
-  HYLA_CHECK(ref.ok(), ref.status().message());
-  Golden g{std::move(model).value(), read_ids(ref.value(), "A.input_ids"),
-           read_ids(ref.value(), "A.gen_tokens"), read_ids(ref.value(), "B.input_ids"),
-           read_ids(ref.value(), "B.gen_tokens")};
-  Result<nlohmann::json> meta = model::read_json_file(dir + "/reference_meta.json");
-  HYLA_CHECK(meta.ok(), meta.status().message());
-  if (meta->contains("checks"))
-    for (const auto& [key, value] : (*meta)["checks"].items())
-      if (key.ends_with(".router_min_selection_margin") && value.is_number())
-        g.router_margin = std::min(g.router_margin, value.get<double>());
-  return cache.emplace(arch, std::move(g)).first->second;
-}
-
-Tokens prefix(const Tokens& t, size_t n) { return Tokens(t.begin(), t.begin() + long(n)); }
-
-/// Prompts of different lengths: two chunks and a tail, one short chunk, one chunk and a tail, 5.
-std::vector<Tokens> mixed_prompts(const Golden& g) {
-  return {prefix(g.a_prompt, 150), g.b_prompt, prefix(g.a_prompt, 70), prefix(g.a_prompt, 5)};
-}
-
-SamplingParams greedy(int64_t n) {
-  SamplingParams p;
-  p.max_new_tokens = n;
-  return p;
-}
-
-/// The tests' engine: a small budget (the golden models are tiny) and f32 conv state, so the
-/// state carried between steps is exactly what model::greedy_generate carries (f32).
-EngineOptions test_options() {
-  EngineOptions o;
-  o.memory_budget_bytes = int64_t{16} << 20;
-  o.conv_dtype = DType::kF32;
-  return o;
-}
-
-/// Runs every request of `engine` to completion, one at a time when `one_by_one`.
-std::vector<Tokens> run(Engine& engine, const std::vector<Tokens>& prompts,
-                        const SamplingParams& params, bool one_by_one) {
-  std::vector<Tokens> out(prompts.size());
-  std::map<RequestId, size_t> index;
-  auto drain = [&] {
-    while (!engine.idle())
-      for (const TokenEvent& e : engine.step()) {
-        EXPECT_NE(e.reason, FinishReason::kError) << e.error;
-        if (e.token >= 0) out[index.at(e.request)].push_back(e.token);
-      }
-  };
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Result<RequestId> id = engine.add_request(prompts[i], params);
-    EXPECT_TRUE(id.ok()) << id.status().message();
-    if (!id.ok()) return out;
-    index[id.value()] = i;
-    if (one_by_one) drain();
-  }
-  drain();
-  return out;
-}
-
-std::unique_ptr<Engine> make_engine(const model::Model& model, const EngineOptions& options) {
-  Result<std::unique_ptr<Engine>> engine = Engine::create(model, options);
-  HYLA_CHECK(engine.ok(), engine.status().message());
-  return std::move(engine).value();
-}
-
-/// Every slot and page is free and nothing is queued.
-void expect_pools_full(const Engine& engine) {
-  const EngineStats s = engine.stats();
-  EXPECT_EQ(s.free_slots, engine.plan().state_slots);
-  EXPECT_EQ(s.free_pages, engine.plan().kv_pages);
-  EXPECT_EQ(s.waiting, 0);
-  EXPECT_EQ(s.running, 0);
-  EXPECT_TRUE(engine.idle());
-}
-
 class EngineTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineTest, BatchedEqualsAloneEqualsGreedyGenerate) {
-  const Golden& g = golden(GetParam());
-  const std::vector<Tokens> prompts = mixed_prompts(g);
-  const int64_t n = int64_t(g.a_tokens.size());
-  std::unique_ptr<Engine> engine = make_engine(*g.model, test_options());
-  const std::vector<Tokens> batched = run(*engine, prompts, greedy(n), /*one_by_one=*/false);
-  expect_pools_full(*engine);
-  const std::vector<Tokens> alone = run(*engine, prompts, greedy(n), /*one_by_one=*/true);
-  expect_pools_full(*engine);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    SCOPED_TRACE("prompt " + std::to_string(i) + " of " + std::to_string(prompts[i].size()));
-    Result<Tokens> reference = model::greedy_generate(*g.model, prompts[i], n);
-    ASSERT_TRUE(reference.ok()) << reference.status().message();
-    EXPECT_EQ(batched[i], reference.value());
-    EXPECT_EQ(alone[i], reference.value());
-  }
-  EXPECT_EQ(engine->stats().tokens_generated, 2 * n * int64_t(prompts.size()));
+  expect_batched_equals_alone(golden(GetParam()), Device::cpu());
 }
 
 TEST_P(EngineTest, ChunkedPrefillGivesTheSameTokens) {
-  const Golden& g = golden(GetParam());
-  const std::vector<Tokens> prompts = mixed_prompts(g);
-  const int64_t n = 8;
-  std::vector<Tokens> first;
-  for (int64_t budget : {64, 128, 1000}) {
-    SCOPED_TRACE("max_batch_tokens " + std::to_string(budget));
-    EngineOptions options = test_options();
-    options.max_batch_tokens = budget;
-    std::unique_ptr<Engine> engine = make_engine(*g.model, options);
-    std::vector<Tokens> out(prompts.size());
-    for (const Tokens& p : prompts) ASSERT_TRUE(engine->add_request(p, greedy(n)).ok());
-    while (!engine->idle()) {
-      for (const TokenEvent& e : engine->step()) {
-        ASSERT_NE(e.reason, FinishReason::kError) << e.error;
-        out[size_t(e.request)].push_back(e.token);
-      }
-      EXPECT_LE(engine->stats().last_step_tokens, budget);
-    }
-    expect_pools_full(*engine);
-    if (first.empty())
-      first = out;
-    else
-      EXPECT_EQ(out, first);
-  }
+  expect_chunked_prefill_same(golden(GetParam()), Device::cpu());
 }
 
 // bf16 conv state rounds the last K-1 conv inputs to 2^-8 relative. A reference whose routers
@@ -223,38 +73,7 @@ TEST_P(EngineTest, GoldenGreedyTokens) {
 }
 
 TEST_P(EngineTest, CancelFreesSlotAndPages) {
-  const Golden& g = golden(GetParam());
-  EngineOptions options = test_options();
-  options.max_batch_tokens = 64;
-  std::unique_ptr<Engine> engine = make_engine(*g.model, options);
-
-  // Mid-prefill: 150 tokens, one 64-token chunk done.
-  Result<RequestId> long_prompt = engine->add_request(g.a_prompt, greedy(8));
-  ASSERT_TRUE(long_prompt.ok());
-  EXPECT_TRUE(engine->step().empty());  // a mid-prompt chunk samples nothing
-  EXPECT_EQ(engine->stats().running, 1);
-  EXPECT_EQ(engine->stats().prompt_tokens, 64);
-  ASSERT_OK(engine->cancel(long_prompt.value()));
-  const std::vector<TokenEvent> cancelled = engine->step();
-  ASSERT_EQ(cancelled.size(), 1u);
-  EXPECT_EQ(cancelled[0].request, long_prompt.value());
-  EXPECT_TRUE(cancelled[0].finished);
-  EXPECT_EQ(cancelled[0].reason, FinishReason::kCancelled);
-  expect_pools_full(*engine);
-
-  // Mid-decode: B has generated 3 tokens; a waiting request is cancelled too.
-  Result<RequestId> decoding = engine->add_request(g.b_prompt, greedy(8));
-  ASSERT_TRUE(decoding.ok());
-  for (int s = 0; s < 3; ++s) EXPECT_EQ(engine->step().size(), 1u);
-  Result<RequestId> waiting = engine->add_request(g.a_prompt, greedy(8));
-  ASSERT_TRUE(waiting.ok());
-  EXPECT_EQ(engine->stats().waiting, 1);
-  ASSERT_OK(engine->cancel(decoding.value()));
-  ASSERT_OK(engine->cancel(waiting.value()));
-  EXPECT_EQ(engine->step().size(), 2u);
-  expect_pools_full(*engine);
-  EXPECT_EQ(engine->stats().finished, 3);
-  EXPECT_ERROR_CONTAINS(engine->cancel(decoding.value()), "not waiting or running");
+  expect_cancel_frees_slot_and_pages(golden(GetParam()), Device::cpu());
 }
 
 TEST_P(EngineTest, RefusedRequestsTakeNothing) {
@@ -275,62 +94,8 @@ TEST_P(EngineTest, RefusedRequestsTakeNothing) {
   EXPECT_EQ(engine->stats().steps, 0);
 }
 
-/// Admission waits when the pool holds two requests: five requests all complete, with at most two
-/// running at once, whether slots or pages are the limit.
 TEST_P(EngineTest, AdmissionWaitsForFreeMemory) {
-  const Golden& g = golden(GetParam());
-  const model::ModelConfig& config = g.model->config();
-  EngineOptions base = test_options();
-  StatePoolOptions state{.conv_dtype = base.conv_dtype, .ssm_dtype = base.state_dtype};
-  KvPagePoolOptions kv{.page_size = base.page_size, .dtype = base.kv_dtype};
-  const double slot = double(StatePool::bytes_per_slot(config, state));
-  const double page = double(KvPagePool::bytes_per_token(config, kv) * base.page_size);
-  // Every request needs 2 pages (prompt + 16 tokens in (64, 128]).
-  struct Limit {
-    const char* name;
-    double slots, pages;
-  } limits[] = {{"slots", 2, 40}, {"pages", 40, 5}};
-  const std::vector<Tokens> prompts = {prefix(g.a_prompt, 70), prefix(g.a_prompt, 50),
-                                       prefix(g.a_prompt, 100), prefix(g.a_prompt, 64),
-                                       prefix(g.a_prompt, 112)};
-  for (const Limit& limit : limits) {
-    SCOPED_TRACE(std::string("limited by ") + limit.name);
-    // Whole slots and pages plus a quarter of the smaller one on each side, so neither share
-    // rounds down below its count nor leaves room for one more page.
-    const double slack = 0.25 * std::min(slot, page);
-    const double state_share = limit.slots * slot + slack, kv_share = limit.pages * page + slack;
-    EngineOptions options = base;
-    // plus the per-step scratch the plan reserves first (Attention Residuals: K3)
-    options.memory_budget_bytes =
-        int64_t(state_share + kv_share) +
-        model::attn_res_scratch_bytes_per_token(config) * base.max_batch_tokens;
-    options.state_ratio = state_share / kv_share;
-    std::unique_ptr<Engine> engine = make_engine(*g.model, options);
-    ASSERT_EQ(
-        limit.name == std::string("slots") ? engine->plan().state_slots : engine->plan().kv_pages,
-        limit.name == std::string("slots") ? 2 : 5)
-        << engine->plan().summary();
-    std::vector<Tokens> out(prompts.size());
-    for (const Tokens& p : prompts) ASSERT_TRUE(engine->add_request(p, greedy(16)).ok());
-    int64_t most_running = 0;
-    while (!engine->idle()) {
-      for (const TokenEvent& e : engine->step()) {
-        ASSERT_NE(e.reason, FinishReason::kError) << e.error;
-        out[size_t(e.request)].push_back(e.token);
-      }
-      const EngineStats s = engine->stats();
-      most_running = std::max(most_running, s.running);
-      EXPECT_LE(s.running, 2);
-      EXPECT_EQ(s.waiting + s.running + s.finished, int64_t(prompts.size()));
-    }
-    EXPECT_EQ(most_running, 2);
-    expect_pools_full(*engine);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      Result<Tokens> reference = model::greedy_generate(*g.model, prompts[i], 16);
-      ASSERT_TRUE(reference.ok());
-      EXPECT_EQ(out[i], reference.value()) << "prompt " << i;
-    }
-  }
+  expect_admission_waits_for_free_memory(golden(GetParam()), Device::cpu());
 }
 
 TEST_P(EngineTest, SeededSamplingIsReproducible) {

@@ -1,0 +1,244 @@
+// `hyla bench` (see bench.h): load -> Model::to(--device) -> one warm-up run -> each case on a
+// fresh engine sized for its requests -> the markdown table, then the JSON file.
+#include "cli/bench.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "cli/device.h"
+#include "cli/generate.h"
+#include "model/architecture.h"
+#include "runtime/engine.h"
+
+namespace hyla::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kPromptSeed = 42;  ///< the random prompt ids: the same in every run
+
+struct Case {
+  std::string name;
+  std::vector<int64_t> prompts;  ///< prompt tokens of each request
+  int64_t new_tokens = 0;
+  int64_t step_tokens = 0;  ///< EngineOptions::max_batch_tokens
+  bool prefill = false;     ///< measures the prompt steps (else the decode-only steps)
+};
+
+struct Measured {
+  int64_t tokens = 0;
+  double seconds = 0;
+  double tokens_per_s() const { return seconds > 0 ? double(tokens) / seconds : 0.0; }
+};
+
+int fail(std::FILE* err, const std::string& message) {
+  std::fprintf(err, "hyla bench: %s\n", message.c_str());
+  return 1;
+}
+
+/// Runs one case on a fresh engine sized for its requests (at most 3/4 of the device's available
+/// memory, as `hyla generate` does; refused beyond it).
+Result<Measured> run_case(const model::Model& model, Device device, const Case& c) {
+  runtime::EngineOptions options;
+  options.device = device;
+  options.max_batch_tokens = c.step_tokens;
+  options.max_running = int64_t(c.prompts.size());
+  options.allow_long_context = true;  // random ids: the model's context limit says nothing here
+  std::vector<int64_t> tokens;
+  for (int64_t p : c.prompts) tokens.push_back(p + c.new_tokens);
+  HYLA_ASSIGN_OR_RETURN(const runtime::MemorySizing sizing,
+                        runtime::size_engine_memory(model.config(), options, tokens));
+  options.memory_budget_bytes = sizing.budget_bytes;
+  options.state_ratio = sizing.state_ratio;
+  HYLA_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
+                        runtime::Engine::create(model, options));
+
+  std::mt19937 rng(kPromptSeed);
+  std::uniform_int_distribution<int32_t> id(0, int32_t(model.config().vocab_size - 1));
+  runtime::SamplingParams params;  // greedy, no stop token: every request runs to new_tokens
+  params.max_new_tokens = c.new_tokens;
+  for (int64_t n : c.prompts) {
+    std::vector<int32_t> prompt(static_cast<size_t>(n));
+    for (int32_t& t : prompt) t = id(rng);
+    HYLA_ASSIGN_OR_RETURN(const runtime::RequestId request, engine->add_request(prompt, params));
+    (void)request;
+  }
+
+  Measured m;
+  while (!engine->idle()) {
+    const int64_t prompt_before = engine->stats().prompt_tokens;
+    const Clock::time_point start = Clock::now();
+    const std::vector<runtime::TokenEvent> events = engine->step();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    int64_t sampled = 0;
+    for (const runtime::TokenEvent& e : events) {
+      if (e.reason == runtime::FinishReason::kError) return internal_error(e.error);
+      sampled += e.token >= 0 ? 1 : 0;
+    }
+    const int64_t prompt_tokens = engine->stats().prompt_tokens - prompt_before;
+    if (c.prefill && prompt_tokens > 0) {
+      m.tokens += prompt_tokens;
+      m.seconds += seconds;
+    } else if (!c.prefill && prompt_tokens == 0) {
+      m.tokens += sampled;
+      m.seconds += seconds;
+    }
+  }
+  return m;
+}
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+std::vector<Case> cases(const BenchOptions& o) {
+  std::vector<Case> out;
+  for (int64_t p : o.prompt)
+    out.push_back({str_cat("prefill_", p), {p}, 1, o.step_tokens, /*prefill=*/true});
+  for (int64_t d : o.depth)
+    out.push_back({str_cat("decode_depth_", d),
+                   {std::max<int64_t>(d, 1)},
+                   o.new_tokens,
+                   o.step_tokens,
+                   /*prefill=*/false});
+  // Every batched prompt in one step (as llama-batched-bench), so each decode step holds all B.
+  for (int64_t b : o.batch)
+    out.push_back({str_cat("batch_decode_", b), std::vector<int64_t>(size_t(b), o.batch_prompt),
+                   o.new_tokens,
+                   std::max(o.step_tokens, round_up(b * o.batch_prompt, runtime::kPrefillAlign)),
+                   /*prefill=*/false});
+  return out;
+}
+
+/// `git describe --always --dirty` of the source tree this binary was built from, when it is a
+/// git checkout and git is installed; nothing otherwise.
+std::optional<std::string> source_commit() {
+#ifdef HYLA_SOURCE_DIR
+  const std::string dir = HYLA_SOURCE_DIR;
+  if (dir.find('\'') != std::string::npos) return std::nullopt;
+  const std::string command =
+      "git -C '" + dir + "' describe --always --dirty --abbrev=12 2>/dev/null";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return std::nullopt;
+  char line[128] = {};
+  const bool read = std::fgets(line, sizeof(line), pipe) != nullptr;
+  if (pclose(pipe) != 0 || !read) return std::nullopt;
+  std::string commit = line;
+  while (!commit.empty() && (commit.back() == '\n' || commit.back() == '\r')) commit.pop_back();
+  if (commit.empty()) return std::nullopt;
+  return commit;
+#else
+  return std::nullopt;
+#endif
+}
+
+int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
+  if (const Status s = validate(options); !s.ok()) {
+    std::fprintf(err, "hyla bench: %s\n", s.message().c_str());
+    return 2;
+  }
+  const std::string model_dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
+  const Result<Device> device = resolve_device(options.device);
+  if (!device.ok()) return fail(err, device.status().message());
+  Result<std::unique_ptr<model::Model>> model = model::load_model(model_dir);
+  if (!model.ok()) return fail(err, str_cat(model_dir, ": ", model.status().message()));
+  model = model_on(std::move(model).value(), device.value());
+  if (!model.ok()) return fail(err, model.status().message());
+  const model::ModelConfig& config = model.value()->config();
+  const std::string device_text = device_name(device.value());
+  const std::optional<std::string> commit = source_commit();
+  std::fprintf(out,
+               "hyla bench: %s (%s, %lld layers) on %s%s; prompts of random ids (seed %u), "
+               "greedy\n\n",
+               model_dir.c_str(), config.model_type.c_str(),
+               static_cast<long long>(config.num_layers), device_text.c_str(),
+               commit ? str_cat(", commit ", *commit).c_str() : "", kPromptSeed);
+  std::fflush(out);
+
+  // Warm-up, not reported: first-call costs (allocator pools, library handles, page faults).
+  const Result<Measured> warm = run_case(
+      *model.value(), device.value(),
+      {"warm_up", {std::min<int64_t>(64, options.prompt.front())}, 2, options.step_tokens, false});
+  if (!warm.ok()) return fail(err, str_cat("warm-up: ", warm.status().message()));
+
+  std::fprintf(out, "| case | device | tokens | seconds | tokens/s |\n");
+  std::fprintf(out, "|---|---|---:|---:|---:|\n");
+  std::fflush(out);
+  nlohmann::json results = nlohmann::json::array();
+  int failed = 0;
+  for (const Case& c : cases(options)) {
+    Result<Measured> m = run_case(*model.value(), device.value(), c);
+    if (!m.ok()) {
+      ++failed;
+      std::fprintf(err, "hyla bench: %s: %s\n", c.name.c_str(), m.status().message().c_str());
+      continue;
+    }
+    std::fprintf(out, "| %s | %s | %lld | %.4f | %.1f |\n", c.name.c_str(), device_text.c_str(),
+                 static_cast<long long>(m->tokens), m->seconds, m->tokens_per_s());
+    std::fflush(out);
+    nlohmann::json row = {{"name", c.name},
+                          {"device", device_text},
+                          {"model", model_dir},
+                          {"model_type", config.model_type},
+                          {"tokens", m->tokens},
+                          {"seconds", m->seconds},
+                          {"tokens_per_s", m->tokens_per_s()}};
+    if (commit) row["commit"] = *commit;
+    results.push_back(row);
+  }
+
+  if (!options.json_path.empty()) {
+    std::ofstream file(options.json_path);
+    file << results.dump(2) << "\n";
+    if (!file.good()) return fail(err, str_cat("cannot write ", options.json_path));
+  }
+  if (failed > 0) return fail(err, str_cat(failed, " case(s) failed (see above)"));
+  return 0;
+}
+
+}  // namespace
+
+Status validate(const BenchOptions& o) {
+  constexpr int64_t kMaxTokens = int64_t{1} << 20, kMaxBatch = 4096;
+  auto check_list = [](const char* name, const std::vector<int64_t>& values, int64_t lo,
+                       int64_t hi) -> Status {
+    if (values.empty()) return invalid_argument(name, " is empty, expected at least one value");
+    for (int64_t v : values)
+      if (v < lo || v > hi)
+        return invalid_argument(name, " has ", v, ", expected integers in [", lo, ", ", hi, "]");
+    return ok_status();
+  };
+  HYLA_RETURN_IF_ERROR(check_list("--prompt", o.prompt, 1, kMaxTokens));
+  HYLA_RETURN_IF_ERROR(check_list("--depth", o.depth, 0, kMaxTokens));
+  HYLA_RETURN_IF_ERROR(check_list("--batch", o.batch, 1, kMaxBatch));
+  if (o.batch_prompt < 1 || o.batch_prompt > kMaxTokens)
+    return invalid_argument("--batch-prompt is ", o.batch_prompt, ", expected an integer in [1, ",
+                            kMaxTokens, "]");
+  if (o.new_tokens < 2 || o.new_tokens > kMaxTokens)
+    return invalid_argument("--new is ", o.new_tokens, ", expected an integer in [2, ", kMaxTokens,
+                            "] (the first token comes with the prefill)");
+  if (o.step_tokens < runtime::kPrefillAlign || o.step_tokens > kMaxTokens)
+    return invalid_argument("--step-tokens is ", o.step_tokens, ", expected an integer in [",
+                            runtime::kPrefillAlign, ", ", kMaxTokens, "]");
+  if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
+      std::end(kDeviceNames))
+    return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");
+  return ok_status();
+}
+
+int run_bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
+  try {
+    return bench(options, out, err);
+  } catch (const std::bad_alloc&) {
+    return fail(err, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(err, e.what());
+  }
+}
+
+}  // namespace hyla::cli

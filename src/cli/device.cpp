@@ -1,0 +1,46 @@
+// --device for the `hyla` subcommands (see device.h).
+#include "cli/device.h"
+
+#include "core/device_memory.h"
+#include "runtime/memory/host_memory.h"
+#include "runtime/memory/memory_plan.h"
+
+namespace hyla::cli {
+
+Result<Device> resolve_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
+  if (name != "cuda")
+    return invalid_argument("--device is '", name, "', expected cpu, cuda or auto");
+#if HYLA_WITH_CUDA
+  if (!cuda_available())
+    return Status(ErrorCode::kNotFound,
+                  "--device cuda: no CUDA device is visible (none installed, no driver, or hidden "
+                  "by CUDA_VISIBLE_DEVICES); --device cpu runs on the CPU");
+  return Device::cuda();
+#else
+  return unsupported(
+      "--device cuda: this build has no CUDA support (rebuild with nvcc installed, or configure "
+      "with -DHYLA_CUDA=ON); --device cpu runs on the CPU");
+#endif
+}
+
+Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> model, Device device) {
+  if (model->device() == device) return model;
+  return model->to(device);
+}
+
+Result<AvailableMemory> available_memory(Device device) {
+  if (device.is_cuda()) {
+    HYLA_ASSIGN_OR_RETURN(const DeviceFreeMemory m, device_free_memory(device));
+    return AvailableMemory{
+        m.free_bytes, str_cat(runtime::format_bytes(m.free_bytes), " free of ",
+                              runtime::format_bytes(m.total_bytes), " on ", device_name(device))};
+  }
+  HYLA_ASSIGN_OR_RETURN(const runtime::HostMemory m, runtime::host_memory());
+  return AvailableMemory{m.available_bytes,
+                         str_cat(runtime::format_bytes(m.available_bytes), " available of ",
+                                 runtime::format_bytes(m.total_bytes), " (", m.source, ")")};
+}
+
+}  // namespace hyla::cli

@@ -1,0 +1,36 @@
+// `--device cpu|cuda|auto` for the `hyla` subcommands that run a model: the name to a Device (with
+// the reason when this build or machine cannot give it), the loaded model moved there, and the
+// memory that device can give the engine's pools.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/model.h"
+
+namespace hyla::cli {
+
+/// The accepted --device names.
+inline constexpr const char* kDeviceNames[] = {"cpu", "cuda", "auto"};
+
+/// "cpu" -> the host; "cuda" -> CUDA device 0; "auto" -> CUDA device 0 when cuda_available(),
+/// else the host. Errors: another name; "cuda" in a build without CUDA ("this build has no CUDA
+/// support") or with no device visible.
+Result<Device> resolve_device(const std::string& name);
+
+/// The model with its weights on `device` (Model::to); `model` itself when it is there already.
+/// Error: the weights could not be moved (Model::to left them where they were).
+Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> model, Device device);
+
+/// What `device` can give: the host's MemAvailable or the CUDA device's free memory, and a few
+/// words saying which ("31.2 GiB available of 62.5 GiB (/proc/meminfo)"). Error: no figure.
+struct AvailableMemory {
+  int64_t bytes = 0;
+  std::string description;
+};
+Result<AvailableMemory> available_memory(Device device);
+
+}  // namespace hyla::cli

@@ -1,0 +1,158 @@
+// Engine on CUDA (pools, decode scratch and weights on the device; logits sampled on the host):
+// on every golden architecture the checks of engine_testing.h that the CPU passes (batched ==
+// alone == the CPU's greedy tokens up to a near tie, chunked prefill, cancel, admission); a model
+// left on the host and a plan beyond the device's free memory are refused; the demo model's greedy
+// continuations on CUDA follow transformers' and the CPU engine's. Each test skips without a
+// device.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device_memory.h"
+#include "kernels/cuda/cuda_testing.h"
+#include "runtime/engine_testing.h"
+
+namespace hyla::runtime {
+namespace {
+
+using namespace engine_testing;  // NOLINT: the shared helpers are this file's vocabulary
+
+class EngineCudaTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    HYLA_SKIP_WITHOUT_CUDA();
+    // A model that Model::to left on the host would make every engine below refuse to start.
+    ASSERT_EQ(model_on(golden(GetParam()), Device::cuda()).device(), Device::cuda())
+        << "Model::to(cuda:0) left the weights on the host";
+  }
+};
+
+TEST_P(EngineCudaTest, BatchedEqualsAloneEqualsCpuGreedy) {
+  expect_batched_equals_alone(golden(GetParam()), Device::cuda());
+}
+
+TEST_P(EngineCudaTest, ChunkedPrefillGivesTheSameTokens) {
+  expect_chunked_prefill_same(golden(GetParam()), Device::cuda());
+}
+
+TEST_P(EngineCudaTest, CancelFreesSlotAndPages) {
+  expect_cancel_frees_slot_and_pages(golden(GetParam()), Device::cuda());
+}
+
+TEST_P(EngineCudaTest, AdmissionWaitsForFreeMemory) {
+  expect_admission_waits_for_free_memory(golden(GetParam()), Device::cuda());
+}
+
+// bf16 conv state on the device (the engine's default): every token comes out, no step fails.
+TEST_P(EngineCudaTest, Bf16ConvStateRuns) {
+  const Golden& g = golden(GetParam());
+  EngineOptions options = test_options(Device::cuda());
+  options.conv_dtype = DType::kBF16;
+  Result<std::vector<Tokens>> out = generate(model_on(g, Device::cuda()), mixed_prompts(g),
+                                             greedy(int64_t(g.a_tokens.size())), options);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  for (const Tokens& t : out.value()) EXPECT_EQ(t.size(), g.a_tokens.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, EngineCudaTest, ::testing::ValuesIn(golden_archs()),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           return param.param;
+                         });
+
+TEST(EngineCuda, ModelOnTheHostIsRefused) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  const Golden& g = golden(golden_archs().front());
+  EXPECT_ERROR_CONTAINS(Engine::create(*g.model, test_options(Device::cuda())).status(),
+                        "Engine: the model's weights are on cpu but the engine's device is cuda:0");
+  ASSERT_EQ(model_on(g, Device::cuda()).device(), Device::cuda());
+  EXPECT_ERROR_CONTAINS(Engine::create(model_on(g, Device::cuda()), test_options()).status(),
+                        "Engine: the model's weights are on cuda:0 but the engine's device is cpu");
+}
+
+TEST(EngineCuda, PlanBeyondDeviceMemoryIsRefusedBeforeAllocating) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  const Golden& g = golden(golden_archs().front());
+  ASSERT_EQ(model_on(g, Device::cuda()).device(), Device::cuda());
+  EngineOptions options = test_options(Device::cuda());
+  options.memory_budget_bytes = int64_t{1} << 50;  // pools of hundreds of TiB
+  const Status refused = Engine::create(model_on(g, Device::cuda()), options).status();
+  EXPECT_EQ(refused.code(), ErrorCode::kOutOfMemory);
+  EXPECT_ERROR_CONTAINS(refused, "(budget 1.0 PiB), but cuda:0 has ");
+  EXPECT_ERROR_CONTAINS(refused, "(cudaMemGetInfo); lower the memory budget");
+}
+
+std::string demo_dir() {
+  if (const char* env = std::getenv("HYLA_DEMO_MODEL"); env != nullptr && env[0] != '\0')
+    return env;
+  return std::string(HYLA_MODELS_DIR) + "/hyla-demo";
+}
+
+// The demo model (d_k = d_v = 64: the fused decode kernel, with the engine's arrival counters and
+// workspace): all reference prompts in one batch on CUDA follow transformers' greedy tokens as the
+// CPU engine does (DemoModelTest), and the CPU engine's tokens, each up to the first step whose
+// reference top1-top2 gap is a near tie.
+TEST(DemoModelCuda, GreedyContinuationsMatchTransformersAndTheCpu) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  const std::string dir = demo_dir();
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "reference.json"))
+    GTEST_SKIP() << "no demo model with a reference.json at " << dir;
+  Result<nlohmann::json> ref = model::read_json_file(dir + "/reference.json");
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  Result<std::unique_ptr<model::Model>> cpu_model = model::load_model(dir);
+  ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().message();
+  const model::Model cuda_model = cpu_model.value()->to(Device::cuda());
+  ASSERT_EQ(cuda_model.device(), Device::cuda());
+
+  std::vector<Tokens> prompts;
+  for (const nlohmann::json& p : (*ref)["prompts"])
+    prompts.push_back(p.at("prompt_ids").get<Tokens>());
+  SamplingParams params;  // greedy, no stop token: as the reference was made
+  params.max_new_tokens = ref->at("max_new_tokens").get<int64_t>();
+  EngineOptions options;  // f32 conv state, as transformers' cache
+  options.conv_dtype = DType::kF32;
+  Result<std::vector<Tokens>> on_cpu = generate(*cpu_model.value(), prompts, params, options);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().message();
+  options.device = Device::cuda();
+  Result<std::vector<Tokens>> on_cuda = generate(cuda_model, prompts, params, options);
+  ASSERT_TRUE(on_cuda.ok()) << on_cuda.status().message();
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const nlohmann::json& p = (*ref)["prompts"][i];
+    SCOPED_TRACE("prompt " + p.at("text").get<std::string>());
+    const auto want = p.at("tokens").get<Tokens>();
+    const auto gaps = p.at("top1_top2_gaps").get<std::vector<double>>();
+    ASSERT_EQ(on_cuda.value()[i].size(), want.size());
+    ASSERT_EQ(on_cpu.value()[i].size(), want.size());
+    ASSERT_EQ(gaps.size(), want.size());
+    // The reference's gaps describe its own path: the CPU's tokens are compared up to where they
+    // leave it.
+    size_t cpu_follows = 0;
+    while (cpu_follows < want.size() && on_cpu.value()[i][cpu_follows] == want[cpu_follows])
+      ++cpu_follows;
+    const struct {
+      const char* name;
+      const Tokens& tokens;
+      size_t steps;
+    } others[] = {{"transformers", want, want.size()},
+                  {"the CPU engine", on_cpu.value()[i], cpu_follows}};
+    for (const auto& other : others)
+      for (size_t t = 0; t < other.steps; ++t) {
+        if (on_cuda.value()[i][t] == other.tokens[t]) continue;
+        if (gaps[t] >= kTieGap)
+          ADD_FAILURE() << "step " << t << ": CUDA chose " << on_cuda.value()[i][t] << ", "
+                        << other.name << " " << other.tokens[t]
+                        << " with a reference top1-top2 gap of " << gaps[t];
+        else
+          std::printf("note: prompt %zu parts from %s at step %zu, a near tie (gap %.2g)\n", i,
+                      other.name, t, gaps[t]);
+        break;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace hyla::runtime
