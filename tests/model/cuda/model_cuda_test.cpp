@@ -234,8 +234,8 @@ std::vector<std::string> model_dirs() {
 TEST(ModelCudaGolden, HasArchitectures) { EXPECT_TRUE(testing::expect_golden_archs(golden_dir())); }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelCudaTest, ::testing::ValuesIn(model_dirs()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = fs::path(info.param).filename().string();
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           std::string name = fs::path(param_info.param).filename().string();
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
