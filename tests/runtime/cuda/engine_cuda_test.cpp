@@ -104,7 +104,9 @@ TEST(DemoModelCuda, GreedyContinuationsMatchTransformersAndTheCpu) {
   ASSERT_TRUE(ref.ok()) << ref.status().message();
   Result<std::unique_ptr<model::Model>> cpu_model = model::load_model(dir);
   ASSERT_TRUE(cpu_model.ok()) << cpu_model.status().message();
-  const model::Model cuda_model = cpu_model.value()->to(Device::cuda());
+  Result<std::unique_ptr<model::Model>> moved = cpu_model.value()->to(Device::cuda());
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  const model::Model& cuda_model = *moved.value();
   ASSERT_EQ(cuda_model.device(), Device::cuda());
 
   std::vector<Tokens> prompts;
