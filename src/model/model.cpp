@@ -213,38 +213,6 @@ Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& st
 
 namespace {
 
-/// Rows [begin, end) of one sequence's paged cache <-> a contiguous f32 cache [rows, H, d].
-/// pages: [num_pages, page_size, H, d] f32 | bf16; row r is in page table[r / page_size].
-void copy_rows_from_pages(const TensorView& pages, const std::vector<int32_t>& table, int64_t begin,
-                          int64_t end, const Tensor& dst) {
-  const int64_t page = pages.size(1), width = pages.size(2) * pages.size(3);
-  float* out = dst.data<float>();
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t offset = (int64_t(table[size_t(r / page)]) * page + r % page) * width;
-    if (pages.dtype() == DType::kF32) {
-      std::memcpy(out + r * width, pages.data<float>() + offset, size_t(width) * sizeof(float));
-    } else {
-      const bf16* src = pages.data<bf16>() + offset;
-      for (int64_t i = 0; i < width; ++i) out[r * width + i] = bf16_to_f32(src[i]);
-    }
-  }
-}
-
-void copy_rows_to_pages(const Tensor& src, int64_t begin, int64_t end, const TensorView& pages,
-                        const std::vector<int32_t>& table) {
-  const int64_t page = pages.size(1), width = pages.size(2) * pages.size(3);
-  const float* in = src.data<float>();
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t offset = (int64_t(table[size_t(r / page)]) * page + r % page) * width;
-    if (pages.dtype() == DType::kF32) {
-      std::memcpy(pages.data<float>() + offset, in + r * width, size_t(width) * sizeof(float));
-    } else {
-      bf16* dst = pages.data<bf16>() + offset;
-      for (int64_t i = 0; i < width; ++i) dst[i] = f32_to_bf16(in[r * width + i]);
-    }
-  }
-}
-
 Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
   const int64_t B = batch.num_sequences();
   if (B < 1) return invalid_argument("forward_batch: no sequences");
@@ -340,28 +308,13 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                                ? gdn_forward(layer.gdn, c, normed, linear, branch)
                                : kda_forward(layer.kda, c, normed, linear, branch));
     } else {
-      // Attention reads each sequence's pages as one contiguous cache and writes back the new rows.
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t past = batch.past[size_t(b)], n = cu[size_t(b + 1)] - cu[size_t(b)];
-        const std::vector<int32_t>& table = batch.page_tables[size_t(b)];
-        const TensorView& k_pages = memory.k_pages[size_t(i)];
-        const TensorView& v_pages = memory.v_pages[size_t(i)];
-        LayerState cache;
-        cache.k_cache = Tensor::empty({past + n, k_pages.size(2), k_pages.size(3)}, DType::kF32);
-        copy_rows_from_pages(k_pages, table, 0, past, cache.k_cache);
-        if (v_pages.defined()) {
-          cache.v_cache = Tensor::empty({past + n, v_pages.size(2), v_pages.size(3)}, DType::kF32);
-          copy_rows_from_pages(v_pages, table, 0, past, cache.v_cache);
-        }
-        const TensorView x_b = normed.view().slice(cu[size_t(b)], cu[size_t(b + 1)]);
-        const TensorView out_b = branch.view().slice(cu[size_t(b)], cu[size_t(b + 1)]);
-        HYLA_RETURN_IF_ERROR(
-            kind == MixerKind::kFullAttention
-                ? attention_forward(layer.attention, c, x_b, past, cache, out_b)
-                : latent_attention_forward(layer.latent, c, x_b, past, cache, out_b));
-        copy_rows_to_pages(cache.k_cache, past, past + n, k_pages, table);
-        if (v_pages.defined()) copy_rows_to_pages(cache.v_cache, past, past + n, v_pages, table);
-      }
+      // Attention and MLA write the new tokens' rows to the pages and attend over them in place.
+      HYLA_ASSIGN_OR_RETURN(const PagedBatch paged, paged_batch(batch, normed.device()));
+      const LayerPages pages{.k = memory.k_pages[size_t(i)], .v = memory.v_pages[size_t(i)]};
+      HYLA_RETURN_IF_ERROR(
+          kind == MixerKind::kFullAttention
+              ? attention_forward(layer.attention, c, normed, paged, pages, branch)
+              : latent_attention_forward(layer.latent, c, normed, paged, pages, branch));
     }
     if (trace) trace->mixer_out.push_back(branch.clone());
     HYLA_RETURN_IF_ERROR(add_in_place(h, branch));

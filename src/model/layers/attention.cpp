@@ -1,13 +1,14 @@
 // Qwen gated full attention forward (see attention.h).
 #include "model/layers/attention.h"
 
-#include <cstring>
+#include <algorithm>
+#include <limits>
 
-#include "kernels/attention.h"
+#include "kernels/kv_pages.h"
 #include "kernels/linear.h"
+#include "kernels/paged_attention.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
-#include "kernels/scalar_math.h"
 
 namespace hyla::model {
 
@@ -19,26 +20,58 @@ LayerState attention_new_state(const ModelConfig& config, int64_t capacity) {
   return s;
 }
 
+Result<PagedBatch> paged_batch(const Batch& batch, Device device) {
+  const int64_t B = batch.num_sequences(), T = int64_t(batch.tokens.size());
+  int64_t max_pages = 1;
+  for (const std::vector<int32_t>& table : batch.page_tables)
+    max_pages = std::max(max_pages, int64_t(table.size()));
+  Tensor cu = Tensor::empty({B + 1}, DType::kI32);
+  Tensor past = Tensor::empty({B}, DType::kI32);
+  Tensor table = Tensor::empty({B, max_pages}, DType::kI32);
+  Tensor positions = Tensor::empty({T}, DType::kI32);
+  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), cu.host<int32_t>());
+  PagedBatch out;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t begin = batch.cu_seqlens[size_t(b)], end = batch.cu_seqlens[size_t(b + 1)];
+    const int64_t length = batch.past[size_t(b)] + (end - begin);
+    if (length > std::numeric_limits<int32_t>::max())
+      return out_of_range("paged_batch: sequence ", b, " reaches position ", length - 1,
+                          ", beyond the int32 positions of the attention kernels");
+    out.max_length = std::max(out.max_length, length);
+    past.host<int32_t>()[b] = int32_t(batch.past[size_t(b)]);
+    for (int64_t t = begin; t < end; ++t)
+      positions.host<int32_t>()[t] = int32_t(batch.past[size_t(b)] + (t - begin));
+    const std::vector<int32_t>& pages = batch.page_tables[size_t(b)];
+    int32_t* row = table.host<int32_t>() + b * max_pages;
+    std::copy(pages.begin(), pages.end(), row);
+    std::fill(row + pages.size(), row + max_pages, -1);
+  }
+  out.cu_seqlens = cu.to(device);
+  out.past = past.to(device);
+  out.page_table = table.to(device);
+  out.positions = positions.to(device);
+  return out;
+}
+
 Status attention_forward(const AttentionWeights& w, const ModelConfig& config, const TensorView& x,
-                         int64_t past, LayerState& state, const TensorView& out) {
+                         const PagedBatch& batch, const LayerPages& pages, const TensorView& out) {
   const FullAttentionConfig& a = config.attention;
   const int64_t T = x.size(0), nh = a.num_heads, nkv = a.num_kv_heads, hd = a.head_dim;
   const int64_t q_width = nh * hd * (a.output_gate ? 2 : 1), kv_width = nkv * hd;
-  if (past + T > state.k_cache.size(0))
-    return out_of_range("attention: ", past + T, " tokens exceed the KV cache capacity ",
-                        state.k_cache.size(0));
+  const Device device = x.device();
 
   // [q_h | gate_h]_h, k, v = x W^T
-  Tensor proj = Tensor::empty({T, q_width + 2 * kv_width}, DType::kF32);
+  Tensor proj = Tensor::empty({T, q_width + 2 * kv_width}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.qkv_proj, .bias = {}, .y = proj}));
   const TensorView q_and_gate =
       proj.view().narrow(1, 0, q_width).unflatten_last(nh, a.output_gate ? 2 * hd : hd);
   const TensorView k_new = proj.view().narrow(1, q_width, kv_width).unflatten_last(nkv, hd);
-  const TensorView v_new = proj.view().narrow(1, q_width + kv_width, kv_width);
+  const TensorView v_new =
+      proj.view().narrow(1, q_width + kv_width, kv_width).unflatten_last(nkv, hd);
 
-  // q, k = per-head RMSNorm, then partial RoPE; k and v go straight into the cache rows
-  Tensor q = Tensor::empty({T, nh, hd}, DType::kF32);
-  const TensorView k = state.k_cache.view().slice(past, past + T);
+  // q, k = per-head RMSNorm, then partial RoPE; k and v then go to the pages
+  Tensor q = Tensor::empty({T, nh, hd}, DType::kF32, device);
+  Tensor k = Tensor::empty({T, nkv, hd}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::rmsnorm({.x = q_and_gate.narrow(2, 0, hd),
                                          .weight = w.q_norm,
                                          .eps = config.rms_norm_eps,
@@ -49,35 +82,26 @@ Status attention_forward(const AttentionWeights& w, const ModelConfig& config, c
                                          .eps = config.rms_norm_eps,
                                          .form = config.norm_form,
                                          .y = k}));
-  for (int64_t t = 0; t < T; ++t)
-    std::memcpy(state.v_cache.data<float>() + (past + t) * kv_width,
-                v_new.data<float>() + t * v_new.stride(0), size_t(kv_width) * sizeof(float));
-  Tensor positions = Tensor::empty({T}, DType::kI32);
-  for (int64_t t = 0; t < T; ++t) positions.data<int32_t>()[t] = int32_t(past + t);
   if (a.rotary_dim > 0) {
     HYLA_RETURN_IF_ERROR(kernels::rope(
-        {.x = q, .positions = positions, .rotary_dim = a.rotary_dim, .theta = a.rope_theta}));
+        {.x = q, .positions = batch.positions, .rotary_dim = a.rotary_dim, .theta = a.rope_theta}));
     HYLA_RETURN_IF_ERROR(kernels::rope(
-        {.x = k, .positions = positions, .rotary_dim = a.rotary_dim, .theta = a.rope_theta}));
+        {.x = k, .positions = batch.positions, .rotary_dim = a.rotary_dim, .theta = a.rope_theta}));
   }
+  HYLA_RETURN_IF_ERROR(kernels::kv_page_write(
+      {.k = k, .k_pages = pages.k, .v = v_new, .v_pages = pages.v, .index = batch.index()}));
 
-  // o = softmax(q k^T / sqrt(hd), causal) v, then o *= sigmoid(gate)
-  Tensor o = Tensor::empty({T, nh, hd}, DType::kF32);
-  HYLA_RETURN_IF_ERROR(kernels::attention({.q = q,
-                                           .k_cache = state.k_cache,
-                                           .v_cache = state.v_cache,
-                                           .past = past,
-                                           .scale = 0.0f,
-                                           .o = o}));
-  if (a.output_gate) {
-    const TensorView gate = q_and_gate.narrow(2, hd, hd);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < nh; ++h) {
-        const float* gt = gate.data<float>() + t * gate.stride(0) + h * gate.stride(1);
-        float* ot = o.data<float>() + (t * nh + h) * hd;
-        for (int64_t i = 0; i < hd; ++i) ot[i] *= kernels::sigmoid(gt[i]);
-      }
-  }
+  // o = softmax(q k^T / sqrt(hd), causal) v over each sequence's pages, times sigmoid(gate)
+  Tensor o = Tensor::empty({T, nh, hd}, DType::kF32, device);
+  HYLA_RETURN_IF_ERROR(
+      kernels::paged_attention({.q = q,
+                                .k_pages = pages.k,
+                                .k_rope_pages = {},
+                                .v_pages = pages.v,
+                                .index = batch.index(),
+                                .scale = 0.0f,
+                                .gate = a.output_gate ? q_and_gate.narrow(2, hd, hd) : TensorView(),
+                                .o = o}));
   return kernels::linear(
       {.x = o.view().reshape({T, nh * hd}), .weight = w.o_proj, .bias = {}, .y = out});
 }

@@ -2,11 +2,15 @@
 //   [q_h | gate_h]_h, k, v = x W^T                     q_proj viewed [heads, 2 head_dim]
 //   q, k = rmsnorm_(1+w)(q), rmsnorm_(1+w)(k)           per head, before RoPE
 //   q, k = partial NeoX RoPE (first rotary_dim dims)
-//   o = softmax(q k^T * head_dim^-1/2, causal) v        GQA, KV cache per sequence
+//   o = softmax(q k^T * head_dim^-1/2, causal) v        GQA, over each sequence's KV pages
 //   out = (o * sigmoid(gate)) W_o^T
 #pragma once
 
+#include <cstdint>
+
 #include "core/tensor.h"
+#include "kernels/kv_pages.h"
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/layer_state.h"
 
@@ -21,11 +25,34 @@ struct AttentionWeights {
   Tensor o_proj;  ///< [hidden, nh hd]
 };
 
+/// One forward call's view of the paged KV cache, built from the Batch: index tensors on the
+/// activations' device (see kernels/kv_pages.h) and the host numbers layers size scratch with.
+struct PagedBatch {
+  Tensor cu_seqlens;       ///< [B+1] i32
+  Tensor past;             ///< [B] i32
+  Tensor page_table;       ///< [B, max_pages] i32, -1 after each sequence's pages
+  Tensor positions;        ///< [T] i32: past[b] + i for the i-th new token of sequence b
+  int64_t max_length = 0;  ///< max_b past[b] + n_b: the longest sequence after this call
+
+  kernels::PageIndex index() const { return {cu_seqlens, past, page_table}; }
+};
+
+/// The batch's index tensors on `device`. Errors: a position beyond int32.
+Result<PagedBatch> paged_batch(const Batch& batch, Device device);
+
+/// One layer's pages: full attention k and v [pages, page_size, nkv, hd]; MLA the latent in k
+/// ([pages, page_size, 1, kv_lora_rank + rope]) and v undefined.
+struct LayerPages {
+  TensorView k;
+  TensorView v;
+};
+
 /// KV cache [capacity, nkv, hd] for k and v, zeros.
 LayerState attention_new_state(const ModelConfig& config, int64_t capacity);
 
-/// x: [T, hidden] f32 (already normed) at positions past .. past+T-1; out: [T, hidden] f32.
+/// x: [T, hidden] f32 (already normed), the batch's new tokens packed; their k and v go to the
+/// pages, then each attends over its sequence's pages; out: [T, hidden] f32.
 Status attention_forward(const AttentionWeights& w, const ModelConfig& config, const TensorView& x,
-                         int64_t past, LayerState& state, const TensorView& out);
+                         const PagedBatch& batch, const LayerPages& pages, const TensorView& out);
 
 }  // namespace hyla::model

@@ -5,12 +5,13 @@
 //   [k_nope | v]_h = c W_kvb^T                   per head
 //   k_h = [k_nope_h | k_pe] (k_pe shared by all heads, never rotated)
 //   o = softmax(q k^T * (nope + rope)^-1/2, causal) v;  out = o W_o^T (K3: times sigmoid(x W_g^T))
-// Cache: the compressed c (normed) and k_pe per token.
+// Cache: the compressed c (normed) and k_pe per token, in the KV pages.
 #pragma once
 
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/layer_state.h"
+#include "model/layers/attention.h"
 
 namespace hyla::model {
 
@@ -29,9 +30,10 @@ struct LatentAttentionWeights {
 /// Latent cache: k_cache [capacity, 1, kv_lora_rank + rope] holds [c | k_pe] per token.
 LayerState latent_attention_new_state(const ModelConfig& config, int64_t capacity);
 
-/// x: [T, hidden] f32 (already normed) at positions past .. past+T-1; out: [T, hidden] f32.
+/// x: [T, hidden] f32 (already normed), the batch's new tokens packed; their latent rows go to
+/// pages.k, then each attends over its sequence's latent rows; out: [T, hidden] f32.
 Status latent_attention_forward(const LatentAttentionWeights& w, const ModelConfig& config,
-                                const TensorView& x, int64_t past, LayerState& state,
-                                const TensorView& out);
+                                const TensorView& x, const PagedBatch& batch,
+                                const LayerPages& pages, const TensorView& out);
 
 }  // namespace hyla::model
