@@ -1,6 +1,9 @@
 // Entry points of the gated delta rule: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/gated_delta_rule.h"
 
+#include <cstdint>
+#include <string_view>
+
 #include "core/check.h"
 
 namespace hyla::kernels {
@@ -85,7 +88,8 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
   if (p.chunk_states.defined()) {
     if (!chunked)
       return invalid_argument(op, ": chunk_states is a chunk-only output; use step_states");
-    const int64_t n = gated_delta_rule_num_chunk_states(p.cu_seqlens);
+    // On CUDA the count needs cu_seqlens' values: the body writes only the entries that exist.
+    const int64_t n = host_indices ? gated_delta_rule_num_chunk_states(p.cu_seqlens) : kAnyDim;
     HYLA_RETURN_IF_ERROR(check_shape(op, "chunk_states", p.chunk_states, {n, HV, d_v, d_k},
                                      "sum_b floor(len_b / 64), HV, d_v, d_k"));
     HYLA_RETURN_IF_ERROR(check_dtype(op, "chunk_states", p.chunk_states, {DType::kF32}));
@@ -111,18 +115,81 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream) 
 #endif
 }
 
-Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream) {
+int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p) {
+  if (!p.q.device().is_cuda()) return 0;
+  return chunk_workspace_layout(chunk_workspace_shape(p)).bytes;
+}
+
+ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
+  return {.T = p.q.size(0),
+          .B = p.cu_seqlens.size(0) - 1,
+          .HV = p.v.size(1),
+          .d_k = p.q.size(2),
+          .d_v = p.v.size(2),
+          .per_channel = p.g.ndim() == 3};
+}
+
+ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
+  // Regions in order, each starting on a 256-byte boundary (64 floats).
+  constexpr int64_t kAlign = 64;
+  const auto round_up = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  ChunkWorkspaceLayout l;
+  l.max_chunks = (s.T + kDeltaRuleChunk - 1) / kDeltaRuleChunk + s.B;
+  int64_t at = 0;
+  const auto take = [&](int64_t floats) {
+    const int64_t start = at;
+    at += round_up(floats);
+    return start;
+  };
+  l.chunk_first = take(s.B + 1);
+  l.chunk_seq = take(l.max_chunks);
+  l.boundary_first = take(s.B);
+  l.w = take(s.T * s.HV * s.d_k);
+  l.u = take(s.T * s.HV * s.d_v);
+  l.qg = take(s.T * s.HV * s.d_k);
+  l.kd = take(s.T * s.HV * s.d_k);
+  l.aqk = take(s.T * s.HV * kDeltaRuleChunk);
+  l.decay = take(l.max_chunks * s.HV * (s.per_channel ? s.d_k : 1));
+  l.bytes = at * int64_t(sizeof(float));
+  return l;
+}
+
+Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
+  constexpr std::string_view op = "gated_delta_rule_chunk";
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
-  if (p.q.device().is_cuda())
-    return unsupported(
-        "gated_delta_rule_chunk: no CUDA body yet (CUDA prefill kernels: later issue)");
-  cpu::gated_delta_rule_chunk(p);
-  return ok_status();
+  if (p.q.device().is_cpu()) {
+    cpu::gated_delta_rule_chunk(p);
+    return ok_status();
+  }
+  if (p.q.size(2) > kCudaChunkMaxKeyDim)
+    return unsupported(op, ": d_k = ", p.q.size(2), " on CUDA, expected at most ",
+                       kCudaChunkMaxKeyDim);
+  const int64_t need = gated_delta_rule_chunk_workspace_bytes(p);
+  if (!p.workspace.defined())
+    return invalid_argument(op, ": workspace is missing; CUDA calls need ", need,
+                            " bytes (gated_delta_rule_chunk_workspace_bytes)");
+  HYLA_RETURN_IF_ERROR(check_dtype(op, "workspace", p.workspace, {DType::kF32}));
+  HYLA_RETURN_IF_ERROR(check_contiguous(op, "workspace", p.workspace));
+  HYLA_RETURN_IF_ERROR(check_device(op, "workspace", p.workspace, p.q.device()));
+  const int64_t have = p.workspace.numel() * int64_t(sizeof(float));
+  if (have < need)
+    return invalid_argument(op, ": workspace holds ", have, " bytes, expected at least ", need,
+                            " (gated_delta_rule_chunk_workspace_bytes)");
+  if (reinterpret_cast<uintptr_t>(p.workspace.raw()) % 16 != 0)
+    return invalid_argument(op, ": workspace is not 16-byte aligned");
+#if HYLA_WITH_CUDA
+  return cuda::gated_delta_rule_chunk(p, stream);
+#else
+  (void)stream;
+  return unsupported(op, ": this build has no CUDA support");
+#endif
 }
 
 bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p) {
   if (p.chunk_states.defined()) return true;
   const int64_t B = p.cu_seqlens.size(0) - 1;
+  if (p.q.device().is_cuda())  // wider keys than the CUDA chunk body takes: recurrent
+    return B > 0 && p.q.size(2) <= kCudaChunkMaxKeyDim && p.q.size(0) >= kCudaChunkMinTokens * B;
   return B > 0 && p.q.size(0) >= kCpuChunkMinTokens * B;
 }
 

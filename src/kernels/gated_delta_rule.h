@@ -35,6 +35,8 @@ struct GatedDeltaRuleParams {
   TensorView cu_seqlens;
 
   /// [slots, HV, d_v, d_k] f32|bf16 (fp32 by default). Needed iff a slot array is given.
+  /// Index values (cu_seqlens, slots) are checked on the host for CPU calls only; CUDA bodies skip
+  /// slots outside the pool and never read or write outside their tensors.
   TensorView state_pool;
   /// Optional [B] i32 on q's device: pool slot holding sequence b's initial state; -1 (or absent)
   /// = zeros.
@@ -55,6 +57,11 @@ struct GatedDeltaRuleParams {
   /// gated_delta_rule_num_chunk_states(cu_seqlens). Sequence b's state after 64 (j + 1) tokens is
   /// entry chunk_state_offset(b) + j.
   TensorView chunk_states;
+
+  /// chunk on CUDA: scratch of at least gated_delta_rule_chunk_workspace_bytes(p) bytes, f32
+  /// (any shape), contiguous, 16-byte aligned, on the kernel's device. The CPU body ignores it.
+  /// Calls that may run at the same time need separate workspaces.
+  TensorView workspace;
 };
 
 /// Token-by-token algorithm (decode: T = B; verify: a few tokens per sequence).
@@ -63,12 +70,16 @@ Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream =
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream = {});
 
 /// Prefill ("extend") entry: runs whichever of chunk / recurrent is faster for this device and
-/// these lengths (CPU: chunk once sequences average kCpuChunkMinTokens tokens, see docs/perf.md;
-/// always chunk when chunk_states are requested). step_states is not accepted here.
+/// these lengths (chunk once sequences average kCpuChunkMinTokens tokens on the CPU, see
+/// docs/perf.md, kCudaChunkMinTokens on CUDA; always chunk when chunk_states are requested).
+/// step_states is not accepted here.
 Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream = {});
 /// Mean tokens per sequence from which the CPU chunk algorithm beats the recurrent one
 /// (measured by bench/gated_delta_rule.cpp, recorded in docs/perf.md).
 inline constexpr int64_t kCpuChunkMinTokens = 16;
+/// The same threshold for CUDA calls: a first guess, not measured yet (the CUDA chunk body is a
+/// correct-first version).
+inline constexpr int64_t kCudaChunkMinTokens = 16;
 /// True when gated_delta_rule_extend would run the chunk algorithm for p.
 bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p);
 
@@ -76,6 +87,36 @@ bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p);
 int64_t gated_delta_rule_num_chunk_states(const TensorView& cu_seqlens);
 /// Index in chunk_states of sequence b's first boundary state: sum_{b' < b} floor(len_b' / 64).
 int64_t gated_delta_rule_chunk_state_offset(const TensorView& cu_seqlens, int64_t b);
+
+/// Bytes of GatedDeltaRuleParams::workspace a chunk call of p's shapes needs on CUDA (from the
+/// shapes of q, v, g and cu_seqlens only, never from index values); 0 for CPU calls.
+int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p);
+/// Largest d_k the CUDA chunk body takes (its per-chunk q, k and gate tiles live in shared memory).
+inline constexpr int64_t kCudaChunkMaxKeyDim = 128;
+
+/// The shapes the CUDA chunk workspace depends on.
+struct ChunkWorkspaceShape {
+  int64_t T, B, HV, d_k, d_v;
+  bool per_channel;
+};
+ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p);
+/// Regions of the CUDA chunk workspace, offsets in 4-byte words from its start. A chunk is 64
+/// tokens of one sequence (its last one may be shorter); there are at most max_chunks =
+/// ceil(T / 64) + B of them. Per-token regions are indexed by the packed token t.
+struct ChunkWorkspaceLayout {
+  int64_t max_chunks;
+  int64_t chunk_first;     ///< [B+1] i32: index of sequence b's first chunk
+  int64_t chunk_seq;       ///< [max_chunks] i32: the sequence of each chunk, -1 past the last
+  int64_t boundary_first;  ///< [B] i32: sequence b's first entry in chunk_states
+  int64_t w;               ///< [T, HV, d_k] f32: W = (I + A_kk)^-1 beta K exp(G)
+  int64_t u;               ///< [T, HV, d_v] f32: U = (I + A_kk)^-1 beta V
+  int64_t qg;              ///< [T, HV, d_k] f32: Q exp(G)
+  int64_t kd;              ///< [T, HV, d_k] f32: K exp(G_last - G)
+  int64_t aqk;             ///< [T, HV, 64] f32: row t of A_qk (columns = tokens of t's chunk)
+  int64_t decay;           ///< [max_chunks, HV, d_k or 1] f32: exp(G_last) of each chunk
+  int64_t bytes;           ///< total size
+};
+ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s);
 
 /// Validates p for the given algorithm (shapes, dtypes, devices, cu_seqlens, slot ranges).
 Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked);
@@ -88,6 +129,7 @@ void gated_delta_rule_chunk(const GatedDeltaRuleParams& p);
 namespace cuda {
 /// d_k <= 256, any d_v (cuda/gated_delta_rule_recurrent.cu).
 Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream);
+Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream);
 }  // namespace cuda
 
 }  // namespace hyla::kernels

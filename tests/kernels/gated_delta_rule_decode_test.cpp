@@ -149,7 +149,8 @@ DecodeResult separate_kernels_decode(const DecodeCase& c, const DecodeTensors& t
                                   .scale = t.scale,
                                   .o = o_all,
                                   .step_states = {},
-                                  .chunk_states = {}}));
+                                  .chunk_states = {},
+                                  .workspace = {}}));
   const int64_t row_bytes = HV * d_v * dtype_size(c.act);
   for (int64_t b = 0; b < B; ++b) {
     if (t.slots.data<int32_t>()[b] < 0) continue;

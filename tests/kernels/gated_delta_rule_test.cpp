@@ -1261,3 +1261,87 @@ TEST(GatedDeltaRuleTest, ExtendPicksChunkForLongSequences) {
 
 }  // namespace
 }  // namespace hyla
+
+namespace hyla {
+namespace {
+
+// The CUDA chunk workspace (kernels/cuda/gated_delta_rule_chunk.cu): sized from shapes alone, its
+// regions aligned and disjoint, room for every chunk of any lengths summing to T.
+TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
+  const std::vector<std::vector<int32_t>> batches = {
+      {1}, {64}, {65, 0, 63}, {200, 1, 1, 1}, {0, 0}, {128, 128}, {63, 63, 63}};
+  for (const std::vector<int32_t>& lens : batches) {
+    for (bool per_channel : {false, true}) {
+      int64_t T = 0, chunks = 0;
+      for (int32_t n : lens) {
+        T += n;
+        chunks += (n + kernels::kDeltaRuleChunk - 1) / kernels::kDeltaRuleChunk;
+      }
+      const kernels::ChunkWorkspaceShape shape{.T = T,
+                                               .B = int64_t(lens.size()),
+                                               .HV = 3,
+                                               .d_k = 32,
+                                               .d_v = 48,
+                                               .per_channel = per_channel};
+      SCOPED_TRACE(str_cat("T ", T, " B ", shape.B, per_channel ? " kda" : " gdn"));
+      const kernels::ChunkWorkspaceLayout l = kernels::chunk_workspace_layout(shape);
+      EXPECT_GE(l.max_chunks, chunks);
+      const int64_t kc = kernels::kDeltaRuleChunk, gd = per_channel ? shape.d_k : 1;
+      const std::pair<int64_t, int64_t> regions[] = {// {start, words}, in layout order
+                                                     {l.chunk_first, shape.B + 1},
+                                                     {l.chunk_seq, l.max_chunks},
+                                                     {l.boundary_first, shape.B},
+                                                     {l.w, T * shape.HV * shape.d_k},
+                                                     {l.u, T * shape.HV * shape.d_v},
+                                                     {l.qg, T * shape.HV * shape.d_k},
+                                                     {l.kd, T * shape.HV * shape.d_k},
+                                                     {l.aqk, T * shape.HV * kc},
+                                                     {l.decay, l.max_chunks * shape.HV * gd}};
+      int64_t end = 0;
+      for (const auto& [start, words] : regions) {
+        EXPECT_EQ(start % 64, 0) << "regions start on 256-byte boundaries";
+        EXPECT_GE(start, end) << "regions overlap";
+        end = start + words;
+      }
+      EXPECT_LE(end * 4, l.bytes);
+    }
+  }
+}
+
+// CUDA calls keep their index tensors (cu_seqlens, slots) on the device: the entry checks their
+// shape, dtype and device but never reads their values (that would synchronise, or fault). Here
+// the "device" index memory holds invalid offsets and slots that a host check would reject; the
+// call must get past them to the workspace check. CPU-only builds answer the same way.
+TEST(GatedDeltaRuleTest, CudaChunkCallReadsNoIndexValuesOnTheHost) {
+  const Device gpu = Device::cuda();
+  constexpr int64_t T = 8, H = 1, HV = 2, d = 4;
+  std::vector<float> act(T * HV * d), g(T * HV), beta(T * HV), pool(3 * HV * d * d);
+  std::vector<int32_t> cu = {5, 99, -3}, slots = {7, 7};  // invalid if read
+  kernels::GatedDeltaRuleParams p;
+  p.q = TensorView(act.data(), DType::kF32, {T, H, d}, gpu);
+  p.k = TensorView(act.data(), DType::kF32, {T, H, d}, gpu);
+  p.v = TensorView(act.data(), DType::kF32, {T, HV, d}, gpu);
+  p.o = TensorView(act.data(), DType::kF32, {T, HV, d}, gpu);
+  p.g = TensorView(g.data(), DType::kF32, {T, HV}, gpu);
+  p.beta = TensorView(beta.data(), DType::kF32, {T, HV}, gpu);
+  p.cu_seqlens = TensorView(cu.data(), DType::kI32, {3}, gpu);
+  p.state_pool = TensorView(pool.data(), DType::kF32, {3, HV, d, d}, gpu);
+  p.initial_slots = TensorView(slots.data(), DType::kI32, {2}, gpu);
+  p.final_slots = TensorView(slots.data(), DType::kI32, {2}, gpu);
+  EXPECT_OK(kernels::check_gated_delta_rule(p, /*chunked=*/true));
+  EXPECT_GT(kernels::gated_delta_rule_chunk_workspace_bytes(p), 0);
+  EXPECT_ERROR_CONTAINS(kernels::gated_delta_rule_chunk(p), "workspace is missing");
+  // Shapes, dtypes and devices of the index tensors are still checked.
+  kernels::GatedDeltaRuleParams bad = p;
+  bad.final_slots = TensorView(slots.data(), DType::kI32, {2});
+  EXPECT_ERROR_CONTAINS(kernels::gated_delta_rule_chunk(bad), "final_slots");
+  bad = p;
+  bad.cu_seqlens = TensorView(cu.data(), DType::kI32, {1}, gpu);
+  EXPECT_ERROR_CONTAINS(kernels::gated_delta_rule_chunk(bad), "cu_seqlens");
+  // The CPU body needs no workspace.
+  p.q = TensorView(act.data(), DType::kF32, {T, H, d});
+  EXPECT_EQ(kernels::gated_delta_rule_chunk_workspace_bytes(p), 0);
+}
+
+}  // namespace
+}  // namespace hyla

@@ -103,7 +103,8 @@ void gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p) {
          .scale = p.scale,
          .o = o_rows,
          .step_states = step_states,
-         .chunk_states = {}});
+         .chunk_states = {},
+         .workspace = {}});
     if (round_steps) {
       bf16* dst = p.step_states.select(b).data<bf16>();
       for (size_t i = 0; i < steps.size(); ++i) dst[i] = f32_to_bf16(steps[i]);

@@ -69,8 +69,15 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
   p.final_slots = memory.slots;
   p.use_qk_l2norm = true;
   p.o = o;
-  return memory.decode ? kernels::gated_delta_rule_recurrent(p)
-                       : kernels::gated_delta_rule_extend(p);
+  if (memory.decode) return kernels::gated_delta_rule_recurrent(p);
+  // The CUDA chunk body keeps its per-chunk scratch in a workspace (none on the CPU: 0 bytes).
+  Tensor workspace;
+  const int64_t workspace_bytes = kernels::gated_delta_rule_chunk_workspace_bytes(p);
+  if (workspace_bytes > 0 && kernels::gated_delta_rule_extend_uses_chunk(p)) {
+    workspace = Tensor::empty({(workspace_bytes + 3) / 4}, DType::kF32, q.device());
+    p.workspace = workspace;
+  }
+  return kernels::gated_delta_rule_extend(p);
 }
 
 }  // namespace hyla::model

@@ -1,0 +1,401 @@
+// CUDA body of gated_delta_rule_chunk (kernels/gated_delta_rule.h) against the CPU body, which is
+// the specification. Fresh random inputs every run (the seed is in each failure's trace;
+// HYLA_TEST_SEED=<n> replays one). Cases: packed varlen batches with lengths {1, 63, 64, 65, 200}
+// (and an empty sequence), GDN, KDA and KDA with safe-gate-range decay (down to -5 a token), GVA,
+// d_k / d_v in {32, 64, 128} (also d_k != d_v), f32 / bf16 activations and state pools, slot -1,
+// sequences without initial state, without any pool, chunk_states, row-strided misaligned views.
+// Every element of o, chunk_states and the pool is compared; o, chunk_states and the workspace are
+// poisoned beforehand, and pool slots no sequence commits to must keep their bytes. Also: the
+// extend threshold on CUDA and the workspace checks. Skipped when no CUDA device is visible.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_testing.h"
+#include "kernels/gated_delta_rule.h"
+#include "kernels/strided_views.h"  // padded_view, untouched_outside, bitwise_equal
+#include "testing.h"
+
+namespace hyla::kernels {
+namespace {
+
+using testing::all_close;
+using testing::bitwise_equal;
+using testing::on_gpu;
+using testing::on_host;
+using testing::poisoned;
+using testing::poisoned_gpu;
+using testing::Tolerance;
+
+constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
+
+// ---- Tolerances ----
+// Keys are unit (l2norm), |v| <= 1, beta in [0, 1], decay <= 1 and the initial states are O(1):
+// the state map is non-expansive, so rounding does not grow along the sequence. The CPU chunk body
+// stays within 1e-5 of the float64 reference on such inputs (tests/kernels/gated_delta_rule_test
+// kF32Output / kF32State: worst case d_k * 2^-24 = 8e-6 per d_k = 128 dot product, measured
+// <= 2e-6 with gates down to -5). The CUDA body is the same fp32 algorithm in another summation
+// order (dot products split over lanes, the solve and the gemms in other orders, KDA's decay
+// factors formed pair by pair instead of through the CPU's 16-token reference points, expf vs the
+// CPU's exp_approx, both within 2 ulp), so it is as close to the reference: the two differ by at
+// most twice that bound.
+constexpr Tolerance kF32Values{
+    .atol = 2e-5,
+    .rtol = 2e-5,
+    .why =
+        "two fp32 chunk algorithms in different summation orders, each within 1e-5 of the fp64 "
+        "reference (non-expansive state map: errors do not compound over the chunks)"};
+/// A bf16 output or pool entry is rounded once on each side; fp32 values within kF32Values of
+/// each other can round to neighbouring bf16 values, one bf16 ulp (<= 2^-7 relative) apart.
+constexpr Tolerance kBf16Values{
+    .atol = 2e-5,
+    .rtol = 1.0 / 128,
+    .why =
+        "one bf16 rounding per stored element on each side: <= one bf16 ulp (2^-7 relative) "
+        "apart, plus kF32Values near zero"};
+
+Tolerance values_tolerance(DType dtype) { return dtype == kBF16 ? kBf16Values : kF32Values; }
+
+// ---- Cases ----
+
+enum class Gate { kGdn, kKda, kKdaSafe };
+
+const char* gate_name(Gate g) {
+  switch (g) {
+    case Gate::kGdn: return "gdn";
+    case Gate::kKda: return "kda";
+    case Gate::kKdaSafe: return "kda_safe";
+  }
+  return "?";
+}
+
+/// Slots for B sequences (2B + 2 of them, the last two owned by no sequence): sequence b starts
+/// from slot 2b, or from zeros when b % 3 == 1 (slot -1) or without initial_slots; it commits to
+/// slot 2b + 1, in place to 2b when b % 4 == 3, nowhere when b % 4 == 2 (slot -1).
+struct ChunkCase {
+  std::vector<int32_t> seqlens = {1, 63, 64, 65, 200};
+  int64_t H = 2, HV = 4, d_k = 32, d_v = 32;
+  Gate gate = Gate::kGdn;
+  DType act = kF32;   // q, k, v, o
+  DType pool = kF32;  // state pool
+  bool chunk_states = true;
+  bool strided = false;  // q, k, v, o: rows 5 elements longer, starting 3 elements in
+  bool initial = true;   // initial_slots given
+  bool commit = true;    // final_slots given
+  bool l2norm = true;
+  float scale = 0.0f;
+
+  std::string name() const {
+    std::string lens;
+    for (int32_t n : seqlens) lens += str_cat(lens.empty() ? "" : "+", n);
+    return str_cat("T", lens, "_H", H, "_HV", HV, "_dk", d_k, "_dv", d_v, "_", gate_name(gate), "_",
+                   dtype_name(act), "_pool", dtype_name(pool), chunk_states ? "_chunkstates" : "",
+                   strided ? "_strided" : "", initial ? "" : "_noinitial",
+                   commit ? "" : "_nocommit", l2norm ? "" : "_nol2norm");
+  }
+  int64_t T() const {
+    int64_t t = 0;
+    for (int32_t n : seqlens) t += n;
+    return t;
+  }
+  int64_t B() const { return int64_t(seqlens.size()); }
+  int64_t num_slots() const { return 2 * B() + 2; }
+  bool uses_pool() const { return initial || commit; }
+};
+
+/// Every byte still 0xff (the poison): nothing was written.
+bool still_poisoned(const Tensor& t) {
+  const auto* bytes = static_cast<const uint8_t*>(t.view().raw());
+  for (int64_t i = 0; i < t.nbytes(); ++i)
+    if (bytes[i] != 0xff) return false;
+  return true;
+}
+
+/// The run's base seed: HYLA_TEST_SEED when set (to replay a failure), else std::random_device.
+uint32_t base_seed() {
+  if (const char* env = std::getenv("HYLA_TEST_SEED"))
+    return uint32_t(std::strtoul(env, nullptr, 10));
+  return std::random_device{}();
+}
+
+constexpr int64_t kPad = 5, kOffset = 3;
+
+/// An activation of `shape` on the host: contiguous, or (strided) a padded, offset view of a
+/// poisoned storage holding `values` (contiguous, same shape and dtype) inside the view.
+struct Activation {
+  Tensor storage;
+  TensorView view;
+};
+
+Activation host_activation(const Tensor& values, bool strided) {
+  if (!strided) return {values, values.view()};
+  const std::vector<int64_t> shape(values.view().shape(), values.view().shape() + values.ndim());
+  Activation a;
+  a.storage = poisoned({testing::padded_numel(shape, kPad, kOffset)}, values.dtype());
+  a.view = testing::padded_view(a.storage, shape, kPad, kOffset);
+  // copy element by element (row-major) into the view
+  const std::vector<int64_t> offsets = testing::element_offsets(a.storage, a.view);
+  const int64_t size = dtype_size(values.dtype());
+  auto* dst = static_cast<char*>(a.storage.view().raw());
+  const auto* src = static_cast<const char*>(values.view().raw());
+  for (size_t i = 0; i < offsets.size(); ++i)
+    std::memcpy(dst + offsets[i] * size, src + int64_t(i) * size, size_t(size));
+  return a;
+}
+
+/// The device copy of a host activation (same layout inside a device storage).
+Activation device_activation(const Activation& host, bool strided) {
+  Activation a;
+  a.storage = on_gpu(host.storage);
+  if (!strided) {
+    a.view = a.storage.view();
+    return a;
+  }
+  const std::vector<int64_t> shape(host.view.shape(), host.view.shape() + host.view.ndim());
+  a.view = testing::padded_view(a.storage, shape, kPad, kOffset);
+  return a;
+}
+
+/// Random host inputs of one case and the parameters over them (CPU side).
+struct HostProblem {
+  Tensor cu, initial_slots, final_slots, g, beta, pool_before, pool, chunk_states;
+  Activation q, k, v, o;
+  GatedDeltaRuleParams params;
+};
+
+HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
+  const int64_t T = c.T(), B = c.B(), H = c.H, HV = c.HV, d_k = c.d_k, d_v = c.d_v;
+  HostProblem h;
+  std::vector<int32_t> cu = {0}, initial, final;
+  for (int32_t n : c.seqlens) cu.push_back(cu.back() + n);
+  for (int64_t b = 0; b < B; ++b) {
+    initial.push_back(b % 3 == 1 ? -1 : int32_t(2 * b));
+    final.push_back(b % 4 == 2 ? -1 : b % 4 == 3 ? int32_t(2 * b) : int32_t(2 * b + 1));
+  }
+  h.cu = testing::int32_tensor(cu);
+  h.initial_slots = testing::int32_tensor(initial);
+  h.final_slots = testing::int32_tensor(final);
+
+  // Without the in-kernel l2norm the caller keeps |k| ~ 1, so beta |k|^2 < 2 stays stable.
+  const float qk_std = c.l2norm ? 1.0f : 1.0f / std::sqrt(float(d_k));
+  h.q = host_activation(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
+  h.k = host_activation(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
+  h.v = host_activation(testing::random_uniform({T, HV, d_v}, c.act, rng), c.strided);
+  h.o = host_activation(poisoned({T, HV, d_v}, c.act), c.strided);
+  const float g_lo = c.gate == Gate::kKdaSafe ? -5.0f : -1.0f;  // K3's safe gate: [-5, 0]
+  h.g = c.gate == Gate::kGdn ? testing::random_uniform({T, HV}, kF32, rng, g_lo, 0.0f)
+                             : testing::random_uniform({T, HV, d_k}, kF32, rng, g_lo, 0.0f);
+  h.beta = testing::random_uniform({T, HV}, kF32, rng, 0.0f, 1.0f);
+  h.pool_before = testing::random_uniform({c.num_slots(), HV, d_v, d_k}, c.pool, rng);
+  h.pool = h.pool_before.clone();
+
+  GatedDeltaRuleParams& p = h.params;
+  p.q = h.q.view;
+  p.k = h.k.view;
+  p.v = h.v.view;
+  p.g = h.g;
+  p.beta = h.beta;
+  p.cu_seqlens = h.cu;
+  p.o = h.o.view;
+  p.use_qk_l2norm = c.l2norm;
+  p.scale = c.scale;
+  if (c.uses_pool()) p.state_pool = h.pool;
+  if (c.initial) p.initial_slots = h.initial_slots;
+  if (c.commit) p.final_slots = h.final_slots;
+  if (c.chunk_states) {
+    h.chunk_states = poisoned({gated_delta_rule_num_chunk_states(h.cu), HV, d_v, d_k}, DType::kF32);
+    p.chunk_states = h.chunk_states;
+  }
+  return h;
+}
+
+/// Device copies of a host problem's inputs (before the CPU run), outputs and workspace poisoned.
+struct DeviceProblem {
+  Tensor cu, initial_slots, final_slots, g, beta, pool, chunk_states, workspace;
+  Activation q, k, v, o;
+  GatedDeltaRuleParams params;
+};
+
+DeviceProblem make_device_problem(const ChunkCase& c, const HostProblem& h) {
+  DeviceProblem d;
+  d.cu = on_gpu(h.cu);
+  d.initial_slots = on_gpu(h.initial_slots);
+  d.final_slots = on_gpu(h.final_slots);
+  d.g = on_gpu(h.g);
+  d.beta = on_gpu(h.beta);
+  d.pool = on_gpu(h.pool_before);
+  d.q = device_activation(h.q, c.strided);
+  d.k = device_activation(h.k, c.strided);
+  d.v = device_activation(h.v, c.strided);
+  d.o = device_activation(h.o, c.strided);  // poisoned storage, as on the host
+  GatedDeltaRuleParams& p = d.params;
+  p = h.params;
+  p.q = d.q.view;
+  p.k = d.k.view;
+  p.v = d.v.view;
+  p.o = d.o.view;
+  p.g = d.g;
+  p.beta = d.beta;
+  p.cu_seqlens = d.cu;
+  p.state_pool = c.uses_pool() ? d.pool.view() : TensorView();
+  p.initial_slots = c.initial ? d.initial_slots.view() : TensorView();
+  p.final_slots = c.commit ? d.final_slots.view() : TensorView();
+  if (c.chunk_states) {
+    const TensorView& cs = h.chunk_states;
+    d.chunk_states = poisoned_gpu({cs.size(0), cs.size(1), cs.size(2), cs.size(3)}, kF32);
+    p.chunk_states = d.chunk_states;
+  }
+  const int64_t bytes = gated_delta_rule_chunk_workspace_bytes(p);
+  d.workspace = poisoned_gpu({(bytes + 3) / 4}, kF32);  // the body may not rely on its contents
+  p.workspace = d.workspace;
+  return d;
+}
+
+/// Runs the CPU and the CUDA body on one random case and compares every output element.
+void expect_cuda_matches_cpu(const ChunkCase& c, uint32_t seed) {
+  SCOPED_TRACE(str_cat(c.name(), " seed ", seed, " (HYLA_TEST_SEED=", seed, " replays it)"));
+  std::mt19937 rng(seed);
+  HostProblem h = make_host_problem(c, rng);
+  DeviceProblem d = make_device_problem(c, h);
+  ASSERT_EQ(gated_delta_rule_chunk_workspace_bytes(h.params), 0) << "the CPU body needs none";
+  ASSERT_OK(gated_delta_rule_chunk(h.params));
+  ASSERT_OK(gated_delta_rule_chunk(d.params));
+
+  // o: every element close; a strided o's storage outside the view keeps its poison.
+  const Tensor o_storage = on_host(d.o.storage);
+  const TensorView got_o =
+      c.strided ? testing::padded_view(o_storage, {c.T(), c.HV, c.d_v}, kPad, kOffset)
+                : o_storage.view();
+  EXPECT_TRUE(all_close(got_o, h.o.view, values_tolerance(c.act))) << "o";
+  if (c.strided) {
+    EXPECT_TRUE(testing::untouched_outside(o_storage, got_o)) << "wrote outside o";
+  }
+  if (c.chunk_states) {
+    EXPECT_TRUE(all_close(on_host(d.chunk_states), h.chunk_states, kF32Values)) << "chunk_states";
+  }
+
+  // Pool: committed slots close to the CPU's, every other slot bitwise as before.
+  if (c.uses_pool()) {
+    const Tensor pool = on_host(d.pool);
+    std::vector<bool> committed(size_t(c.num_slots()), false);
+    if (c.commit)
+      for (int64_t b = 0; b < c.B(); ++b) {
+        const int32_t s = h.final_slots.host<int32_t>()[b];
+        if (s >= 0) committed[size_t(s)] = true;
+      }
+    for (int64_t s = 0; s < c.num_slots(); ++s) {
+      SCOPED_TRACE(str_cat("pool slot ", s));
+      if (committed[size_t(s)]) {
+        EXPECT_TRUE(
+            all_close(pool.view().select(s), h.pool.view().select(s), values_tolerance(c.pool)));
+      } else {
+        EXPECT_TRUE(bitwise_equal(pool.view().select(s), h.pool_before.view().select(s)))
+            << "no sequence commits to this slot: it must be untouched";
+      }
+    }
+  }
+}
+
+TEST(GatedDeltaRuleChunkCudaTest, MatchesCpuBody) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  const ChunkCase cases[] = {
+      {},  // GDN, GVA 2:1, d 32, f32, lengths {1, 63, 64, 65, 200}
+      {.gate = Gate::kKda},
+      {.gate = Gate::kKdaSafe, .act = kBF16, .pool = kBF16},
+      {.H = 1, .HV = 2, .d_k = 64, .d_v = 64, .gate = Gate::kKdaSafe},
+      {.H = 1, .HV = 2, .d_k = 64, .d_v = 64, .gate = Gate::kGdn, .act = kBF16},
+      {.H = 1, .HV = 2, .d_k = 128, .d_v = 128, .gate = Gate::kGdn, .pool = kBF16},
+      {.H = 2, .HV = 2, .d_k = 128, .d_v = 128, .gate = Gate::kKdaSafe},
+      {.H = 1, .HV = 3, .d_k = 128, .d_v = 128, .gate = Gate::kKda, .act = kBF16},
+      // d_k != d_v: several value tiles of 32 rows, or a d_k wider than d_v
+      {.H = 1, .HV = 2, .d_k = 64, .d_v = 128, .gate = Gate::kKdaSafe, .strided = true},
+      {.H = 2,
+       .HV = 4,
+       .d_k = 128,
+       .d_v = 32,
+       .gate = Gate::kGdn,
+       .strided = true,
+       .initial = false},
+      // an empty sequence commits its initial state; a 2-chunk sequence between short ones
+      {.seqlens = {3, 0, 128, 1, 70}, .gate = Gate::kKda, .act = kBF16, .strided = true},
+      // no pool at all: zero initial states, nothing committed, boundary states only
+      {.seqlens = {200, 64},
+       .d_k = 64,
+       .d_v = 64,
+       .gate = Gate::kGdn,
+       .initial = false,
+       .commit = false},
+      // no l2norm inside (the caller's keys are unit already: |k|^2 ~ 1 keeps beta |k|^2 < 2)
+      {.seqlens = {65, 130},
+       .gate = Gate::kKda,
+       .chunk_states = false,
+       .l2norm = false,
+       .scale = 0.25f},
+  };
+  const uint32_t seed = base_seed();
+  for (size_t i = 0; i < std::size(cases); ++i)
+    expect_cuda_matches_cpu(cases[i], seed + uint32_t(i));
+}
+
+// Extend picks chunk on CUDA from kCudaChunkMinTokens tokens per sequence (always with
+// chunk_states) and then gives exactly the chunk result.
+TEST(GatedDeltaRuleChunkCudaTest, ExtendRunsChunkForLongSequences) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = base_seed();
+  SCOPED_TRACE(str_cat("seed ", seed));
+  std::mt19937 rng(seed);
+  {
+    const ChunkCase c{.seqlens = {130, 70}, .chunk_states = false};
+    HostProblem h = make_host_problem(c, rng);
+    DeviceProblem d = make_device_problem(c, h);
+    ASSERT_TRUE(gated_delta_rule_extend_uses_chunk(d.params));
+    ASSERT_OK(gated_delta_rule_extend(d.params));
+    const Tensor extend_o = on_host(d.o.storage);
+    // Again with the same inputs: the slots read (0 and -1) are not among those written (1, 3).
+    ASSERT_OK(gated_delta_rule_chunk(d.params));
+    EXPECT_TRUE(bitwise_equal(on_host(d.o.storage), extend_o));
+  }
+  const auto uses_chunk = [&](std::vector<int32_t> seqlens, int64_t d_k, bool chunk_states) {
+    const ChunkCase c{.seqlens = seqlens, .d_k = d_k, .chunk_states = chunk_states};
+    HostProblem h = make_host_problem(c, rng);
+    DeviceProblem d = make_device_problem(c, h);
+    return gated_delta_rule_extend_uses_chunk(d.params);
+  };
+  const int32_t min_tokens = int32_t(kCudaChunkMinTokens);
+  EXPECT_FALSE(uses_chunk({1, 1, 1, 1}, 32, false)) << "decode-like: recurrent";
+  EXPECT_FALSE(uses_chunk({min_tokens - 1, min_tokens - 1}, 32, false));
+  EXPECT_TRUE(uses_chunk({min_tokens, min_tokens}, 32, false));
+  EXPECT_TRUE(uses_chunk({64}, 32, true)) << "boundary states need the chunk algorithm";
+  EXPECT_FALSE(uses_chunk({200}, 256, false)) << "d_k beyond the CUDA chunk body: recurrent";
+}
+
+TEST(GatedDeltaRuleChunkCudaTest, WorkspaceAndKeyWidthAreChecked) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(base_seed());
+  const ChunkCase c{.seqlens = {70, 5}};
+  HostProblem h = make_host_problem(c, rng);
+  DeviceProblem d = make_device_problem(c, h);
+  GatedDeltaRuleParams p = d.params;
+  p.workspace = {};
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(p), "workspace is missing");
+  const int64_t bytes = gated_delta_rule_chunk_workspace_bytes(p);
+  p.workspace = d.workspace.view().reshape({d.workspace.numel()}).slice(0, bytes / 4 - 1);
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(p), "workspace holds");
+  const Tensor host_workspace = Tensor::empty({(bytes + 3) / 4}, kF32);
+  p.workspace = host_workspace;
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(p), "workspace");
+
+  const ChunkCase wide{.seqlens = {70}, .H = 1, .HV = 1, .d_k = 160, .chunk_states = false};
+  HostProblem hw = make_host_problem(wide, rng);
+  DeviceProblem dw = make_device_problem(wide, hw);
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(dw.params), "at most 128");
+  EXPECT_TRUE(still_poisoned(on_host(dw.o.storage))) << "a refused call wrote o";
+}
+
+}  // namespace
+}  // namespace hyla::kernels
