@@ -60,6 +60,7 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
   }
 
   HYLA_RETURN_IF_ERROR(check_cu_seqlens(op, p.cu_seqlens, T, device));
+  const bool host_indices = device.is_cpu();  // index values are read on CPU calls only
   const int64_t B = p.cu_seqlens.size(0) - 1;
   const bool uses_pool = p.initial_slots.defined() || p.final_slots.defined();
   if (uses_pool) {
