@@ -20,8 +20,9 @@
 // buffer freed stream-ordered) when a call needs more; per device a cuBLASLt handle and the chosen
 // algorithms, cached per (shape, strides, dtypes, alignments). It is the one allocation a kernel
 // body owns, as OpenBLAS owns its buffers: the GEMM's operand types are this body's choice, not
-// the caller's. Kept until the process exits. A call that grows scratch must not be inside CUDA
-// graph capture (warm up at the largest T first).
+// the caller's. Kept until the process exits, also after its stream is destroyed (streams are
+// expected to live as long as the engine). A call that grows scratch must not be inside CUDA graph
+// capture (warm up at the largest T first).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
