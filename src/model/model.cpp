@@ -257,7 +257,6 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers,
                 B = batch.num_sequences();
   const Device dev = device();
-  const std::vector<int32_t>& cu = batch.cu_seqlens;
   // tokens, cu_seqlens, slots and last rows: one upload per step
   const StepIndices indices = StepIndices::pack(batch, dev);
 
