@@ -72,7 +72,8 @@ TEST(CopyCudaTest, MatchesCpu) {
     for (size_t i = 0; i < c.shape.size(); ++i) name += str_cat(i ? "x" : "", c.shape[i]);
     SCOPED_TRACE(str_cat(name, "_", dtype_name(c.x_dtype), "_to_", dtype_name(c.y_dtype),
                          c.transpose_x ? "_transposed" : "", c.broadcast_x ? "_broadcast" : ""));
-    std::vector<int64_t> stored = c.shape;
+    std::vector<int64_t> stored = c.shape;  // as x_view lays it out
+    if (c.transpose_x) std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
     if (c.broadcast_x) stored[0] = 1;
     Tensor x = testing::random_uniform({padded_numel(stored, c.x_pad, 0)}, c.x_dtype, rng);
     Tensor want = testing::poisoned({padded_numel(c.shape, c.y_pad, c.y_offset)}, c.y_dtype);
