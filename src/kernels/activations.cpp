@@ -41,23 +41,37 @@ Status check_elementwise(std::string_view op, const TensorView& x, const TensorV
 
 }  // namespace
 
-Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream) {
+Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_elementwise("l2norm", x, y));
   HYLA_RETURN_IF_ERROR(check_positive_finite("l2norm", "eps", eps, "keeps zero rows finite"));
-  if (x.device().is_cuda()) return unsupported("l2norm: no CUDA body yet");
-  cpu::l2norm(x, y, eps);
-  return ok_status();
+  if (x.device().is_cpu()) {
+    cpu::l2norm(x, y, eps);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::l2norm(x, y, eps, stream);
+#else
+  (void)stream;
+  return unsupported("l2norm: this build has no CUDA support");
+#endif
 }
 
-Status activation(Activation act, const TensorView& x, const TensorView& y, Stream) {
+Status activation(Activation act, const TensorView& x, const TensorView& y, Stream stream) {
   if (act != Activation::kSigmoid && act != Activation::kSoftplus && act != Activation::kSilu)
     return invalid_argument("activation: act is ", int(act),
                             ", expected kSigmoid, kSoftplus or kSilu");
   const std::string op = activation_op_name(act);
   HYLA_RETURN_IF_ERROR(check_elementwise(op, x, y));
-  if (x.device().is_cuda()) return unsupported(op, ": no CUDA body yet");
-  cpu::activation(act, x, y);
-  return ok_status();
+  if (x.device().is_cpu()) {
+    cpu::activation(act, x, y);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::activation(act, x, y, stream);
+#else
+  (void)stream;
+  return unsupported(op, ": this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

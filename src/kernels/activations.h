@@ -23,4 +23,9 @@ void l2norm(const TensorView& x, const TensorView& y, float eps);
 void activation(Activation act, const TensorView& x, const TensorView& y);
 }  // namespace cpu
 
+namespace cuda {
+Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream stream);
+Status activation(Activation act, const TensorView& x, const TensorView& y, Stream stream);
+}  // namespace cuda
+
 }  // namespace hyla::kernels

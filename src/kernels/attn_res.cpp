@@ -1,5 +1,5 @@
 // Entry point of the Attention-Residual mixture (attn_res_mix): argument checks, then dispatch to
-// the CPU body.
+// the CPU or CUDA body.
 #include "kernels/attn_res.h"
 
 #include "core/check.h"
@@ -8,7 +8,8 @@ namespace hyla::kernels {
 
 namespace {
 
-/// True when the byte ranges of two defined host views intersect.
+/// True when the byte ranges of two defined views intersect (pointer arithmetic only: no memory
+/// is read, so device views are fine).
 bool overlaps(const TensorView& a, const TensorView& b) {
   if (!a.defined() || !b.defined()) return false;
   const char* a0 = static_cast<const char*>(a.raw());
@@ -54,11 +55,18 @@ Status check_attn_res_mix(const AttnResMixParams& p) {
 
 }  // namespace
 
-Status attn_res_mix(const AttnResMixParams& p, Stream) {
+Status attn_res_mix(const AttnResMixParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_attn_res_mix(p));
-  if (p.partial.device().is_cuda()) return unsupported("attn_res_mix: no CUDA body yet");
-  cpu::attn_res_mix(p);
-  return ok_status();
+  if (p.partial.device().is_cpu()) {
+    cpu::attn_res_mix(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::attn_res_mix(p, stream);
+#else
+  (void)stream;
+  return unsupported("attn_res_mix: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

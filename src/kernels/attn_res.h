@@ -30,4 +30,8 @@ namespace cpu {
 void attn_res_mix(const AttnResMixParams& p);
 }  // namespace cpu
 
+namespace cuda {
+Status attn_res_mix(const AttnResMixParams& p, Stream stream);
+}  // namespace cuda
+
 }  // namespace hyla::kernels

@@ -30,11 +30,18 @@ Status check_gated_rmsnorm(const GatedRmsNormParams& p) {
 
 }  // namespace
 
-Status gated_rmsnorm(const GatedRmsNormParams& p, Stream) {
+Status gated_rmsnorm(const GatedRmsNormParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_rmsnorm(p));
-  if (p.x.device().is_cuda()) return unsupported("gated_rmsnorm: no CUDA body yet");
-  cpu::gated_rmsnorm(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::gated_rmsnorm(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::gated_rmsnorm(p, stream);
+#else
+  (void)stream;
+  return unsupported("gated_rmsnorm: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

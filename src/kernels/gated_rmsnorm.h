@@ -24,4 +24,8 @@ namespace cpu {
 void gated_rmsnorm(const GatedRmsNormParams& p);
 }  // namespace cpu
 
+namespace cuda {
+Status gated_rmsnorm(const GatedRmsNormParams& p, Stream stream);
+}  // namespace cuda
+
 }  // namespace hyla::kernels

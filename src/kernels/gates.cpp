@@ -78,18 +78,32 @@ Status check_kda_gate(const KdaGateParams& p) {
 
 }  // namespace
 
-Status gdn_gate(const GdnGateParams& p, Stream) {
+Status gdn_gate(const GdnGateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gdn_gate(p));
-  if (p.a.device().is_cuda()) return unsupported("gdn_gate: no CUDA body yet");
-  cpu::gdn_gate(p);
-  return ok_status();
+  if (p.a.device().is_cpu()) {
+    cpu::gdn_gate(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::gdn_gate(p, stream);
+#else
+  (void)stream;
+  return unsupported("gdn_gate: this build has no CUDA support");
+#endif
 }
 
-Status kda_gate(const KdaGateParams& p, Stream) {
+Status kda_gate(const KdaGateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kda_gate(p));
-  if (p.f.device().is_cuda()) return unsupported("kda_gate: no CUDA body yet");
-  cpu::kda_gate(p);
-  return ok_status();
+  if (p.f.device().is_cpu()) {
+    cpu::kda_gate(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::kda_gate(p, stream);
+#else
+  (void)stream;
+  return unsupported("kda_gate: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

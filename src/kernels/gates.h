@@ -41,4 +41,9 @@ void gdn_gate(const GdnGateParams& p);
 void kda_gate(const KdaGateParams& p);
 }  // namespace cpu
 
+namespace cuda {
+Status gdn_gate(const GdnGateParams& p, Stream stream);
+Status kda_gate(const KdaGateParams& p, Stream stream);
+}  // namespace cuda
+
 }  // namespace hyla::kernels

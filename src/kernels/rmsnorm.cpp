@@ -7,6 +7,15 @@ namespace hyla::kernels {
 
 namespace {
 
+/// True when the byte ranges of two defined views intersect (pointer arithmetic only: no device
+/// memory is read).
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (!a.defined() || !b.defined()) return false;
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
+}
+
 Status check_rmsnorm(const RmsNormParams& p) {
   constexpr const char* op = "rmsnorm";
   if (!p.x.defined()) return invalid_argument(op, ": x is missing");
@@ -27,6 +36,21 @@ Status check_rmsnorm(const RmsNormParams& p) {
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
   HYLA_RETURN_IF_ERROR(check_in_place(op, "y", p.y, "x", p.x));
+  if (p.residual.defined()) {
+    bool residual_shape = p.residual.ndim() == p.x.ndim();
+    for (int i = 0; residual_shape && i < p.x.ndim(); ++i)
+      residual_shape = p.residual.size(i) == p.x.size(i);
+    if (!residual_shape)
+      return invalid_argument(op, ": residual has shape ", p.residual.shape_string(), ", expected ",
+                              p.x.shape_string(), " (the shape of x)");
+    HYLA_RETURN_IF_ERROR(check_dtype(op, "residual", p.residual, {DType::kF32}));
+    HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, "residual", p.residual));
+    HYLA_RETURN_IF_ERROR(check_device(op, "residual", p.residual, device));
+    for (const auto& [name, t] : {std::pair{"x", &p.x}, {"y", &p.y}})
+      if (overlaps(p.residual, *t))
+        return invalid_argument(op, ": residual overlaps ", name,
+                                "; the residual sum is kept in its own buffer");
+  }
   HYLA_RETURN_IF_ERROR(check_positive_finite(op, "eps", p.eps, "keeps zero rows finite"));
   if (p.form != RmsNormForm::kWeight && p.form != RmsNormForm::kOffset)
     return invalid_argument(op, ": form is ", int(p.form), ", expected kWeight or kOffset");
@@ -35,11 +59,18 @@ Status check_rmsnorm(const RmsNormParams& p) {
 
 }  // namespace
 
-Status rmsnorm(const RmsNormParams& p, Stream) {
+Status rmsnorm(const RmsNormParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_rmsnorm(p));
-  if (p.x.device().is_cuda()) return unsupported("rmsnorm: no CUDA body yet");
-  cpu::rmsnorm(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::rmsnorm(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::rmsnorm(p, stream);
+#else
+  (void)stream;
+  return unsupported("rmsnorm: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

@@ -14,9 +14,19 @@
 
 namespace hyla::kernels {
 
+/// inv_freq[i] = 1 / theta^(2i / rotary_dim) in fp32, as HF: 1.0 / (theta ** (arange(0, dim, 2)
+/// .float() / dim)). Both bodies take it from here (the CUDA body's table is computed on the
+/// host), so their angles agree bit for bit.
+float rope_inv_freq(float theta, int64_t rotary_dim, int64_t i);
+
+/// The largest rotary_dim the CUDA body takes (its inv_freq table travels in the kernel's
+/// parameters).
+inline constexpr int64_t kRopeCudaMaxRotaryDim = 512;
+
 struct RopeParams {
-  TensorView x;            ///< [T, heads, head_dim] f32, last dim contiguous; rotated in place
-  TensorView positions;    ///< [T] i32, host; >= 0
+  TensorView x;  ///< [T, heads, head_dim] f32, last dim contiguous; rotated in place
+  /// [T] i32 on x's device, >= 0 (checked on the host for CPU calls only: no device sync)
+  TensorView positions;
   int64_t rotary_dim = 0;  ///< even, in [2, head_dim]: the first rotary_dim dims rotate
   float theta = 10000.0f;  ///< rope_theta, finite and > 0
 };
@@ -26,5 +36,9 @@ Status rope(const RopeParams& p, Stream stream = {});
 namespace cpu {
 void rope(const RopeParams& p);
 }  // namespace cpu
+
+namespace cuda {
+Status rope(const RopeParams& p, Stream stream);
+}  // namespace cuda
 
 }  // namespace hyla::kernels

@@ -1,4 +1,4 @@
-// Entry point of SiTU-GLU (situ_and_mul): argument checks, then dispatch to the CPU body.
+// Entry point of SiTU-GLU (situ_and_mul): argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/situ_glu.h"
 
 #include "core/check.h"
@@ -18,11 +18,18 @@ Status check_situ_and_mul(const SituAndMulParams& p) {
 
 }  // namespace
 
-Status situ_and_mul(const SituAndMulParams& p, Stream) {
+Status situ_and_mul(const SituAndMulParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_situ_and_mul(p));
-  if (p.x.device().is_cuda()) return unsupported("situ_and_mul: no CUDA body yet");
-  cpu::situ_and_mul(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::situ_and_mul(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::situ_and_mul(p, stream);
+#else
+  (void)stream;
+  return unsupported("situ_and_mul: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

@@ -4,19 +4,27 @@
 //   g = x[t, i] (gate), u = x[t, I + i] (up); K3: beta = activation_situ_beta = 4,
 //   linear_beta = activation_situ_linear_beta = 25.
 // SiTU is SiLU with its linear factor bounded: g sigmoid(g) -> beta tanh(g / beta) sigmoid(g); the
-// up projection is bounded the same way. fp32 compute.
+// up projection is bounded the same way. fp32 compute; y is f32, or bf16 (rounded once) to feed a
+// bf16 GEMM.
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/scalar_math.h"
 
 namespace hyla::kernels {
+
+/// One output of SiTU-GLU from its gate g and up u, in the order both bodies evaluate it.
+HYLA_HOST_DEVICE float situ_and_mul_value(float g, float u, float beta, float linear_beta) {
+  const float bounded_gate = beta * tanhf(g / beta) * sigmoid(g);
+  return bounded_gate * (linear_beta * tanhf(u / linear_beta));
+}
 
 struct SituAndMulParams {
   TensorView x;               ///< [T, 2I] f32: gate = x[:, :I], up = x[:, I:]; last dim contiguous
   float beta = 4.0f;          ///< > 0: bound of the gate's linear factor (activation_situ_beta)
   float linear_beta = 25.0f;  ///< > 0: bound of the up projection (activation_situ_linear_beta)
-  /// out [T, I] f32, last dim contiguous; may be x's gate half in place (same data pointer and
-  /// row stride)
+  /// out [T, I] f32|bf16, last dim contiguous; an f32 y may be x's gate half in place (same data
+  /// pointer and row stride)
   TensorView y;
 };
 
@@ -25,5 +33,9 @@ Status situ_and_mul(const SituAndMulParams& p, Stream stream = {});
 namespace cpu {
 void situ_and_mul(const SituAndMulParams& p);
 }  // namespace cpu
+
+namespace cuda {
+Status situ_and_mul(const SituAndMulParams& p, Stream stream);
+}  // namespace cuda
 
 }  // namespace hyla::kernels

@@ -12,22 +12,32 @@ Status check_glu_layout(std::string_view op, const TensorView& x, const TensorVi
     return invalid_argument(op, ": x has shape ", x.shape_string(),
                             ", expected an even last dim (2I: gate then up)");
   HYLA_RETURN_IF_ERROR(check_shape(op, "y", y, {T, two_I / 2}, "T, I"));
-  for (const auto& [name, t] : {std::pair{"x", &x}, {"y", &y}}) {
-    HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32}));
+  HYLA_RETURN_IF_ERROR(check_dtype(op, "x", x, {DType::kF32}));
+  HYLA_RETURN_IF_ERROR(check_dtype(op, "y", y, {DType::kF32, DType::kBF16}));
+  for (const auto& [name, t] : {std::pair{"x", &x}, {"y", &y}})
     HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
-  }
   HYLA_RETURN_IF_ERROR(check_device(op, "y", y, x.device()));
+  if (y.raw() == x.raw() && y.dtype() != x.dtype())
+    return invalid_argument(op, ": y aliases x with dtype ", dtype_name(y.dtype()), ", x has ",
+                            dtype_name(x.dtype()), "; in place needs x's dtype");
   if (y.raw() == x.raw() && T > 1 && y.stride(0) != x.stride(0))
     return invalid_argument(op, ": y aliases x with row stride ", y.stride(0), ", x has ",
                             x.stride(0), "; in place needs the same row stride");
   return ok_status();
 }
 
-Status silu_and_mul(const SiluAndMulParams& p, Stream) {
+Status silu_and_mul(const SiluAndMulParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_glu_layout("silu_and_mul", p.x, p.y));
-  if (p.x.device().is_cuda()) return unsupported("silu_and_mul: no CUDA body yet");
-  cpu::silu_and_mul(p);
-  return ok_status();
+  if (p.x.device().is_cpu()) {
+    cpu::silu_and_mul(p);
+    return ok_status();
+  }
+#if HYLA_WITH_CUDA
+  return cuda::silu_and_mul(p, stream);
+#else
+  (void)stream;
+  return unsupported("silu_and_mul: this build has no CUDA support");
+#endif
 }
 
 }  // namespace hyla::kernels

@@ -23,12 +23,12 @@ inline const char* glu_layout_suffix(GluLayout layout) {
 }
 
 /// Random normal x [T, 2I] (standard deviation `stddev`) in `layout`, then run(x, y) -> Status;
-/// y must match reference(x as float64) within `tolerance` and, out of place, the rest of its
-/// buffer must keep its poison.
+/// y (of `y_dtype`; in place it is x's f32) must match reference(x as float64) within `tolerance`
+/// and, out of place, the rest of its buffer must keep its poison.
 template <typename Run, typename Reference>
 void expect_glu_matches_reference(int64_t T, int64_t I, GluLayout layout, float stddev,
                                   std::mt19937& rng, const Tolerance& tolerance, Run run,
-                                  Reference reference) {
+                                  Reference reference, DType y_dtype = DType::kF32) {
   const bool strided = layout == GluLayout::kStrided;
   const int64_t x_pad = strided ? 3 : 0, x_offset = strided ? 1 : 0;
   // strided y: columns [3, 3 + I) of a [T, I + 7] buffer
@@ -45,7 +45,7 @@ void expect_glu_matches_reference(int64_t T, int64_t I, GluLayout layout, float 
     EXPECT_CLOSE(y, want, tolerance);
     return;
   }
-  Tensor y_storage = poisoned({padded_numel({T, I}, y_pad, y_offset)}, DType::kF32);
+  Tensor y_storage = poisoned({padded_numel({T, I}, y_pad, y_offset)}, y_dtype);
   const TensorView y = padded_view(y_storage, {T, I}, y_pad, y_offset);
   ASSERT_OK(run(x, y));
   EXPECT_CLOSE(y, want, tolerance);

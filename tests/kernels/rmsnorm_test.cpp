@@ -1,6 +1,6 @@
 // RMSNorm against a float64 reference: the plain (w) and zero-centred ((1 + w)) forms, f32 / bf16
-// in every combination, 1-4 dims, odd d, strided and misaligned views, in place; zero rows;
-// argument errors.
+// in every combination, 1-4 dims, odd d, strided and misaligned views, in place; the fused
+// residual add (residual += x, y = norm(residual)); zero rows; argument errors.
 #include "kernels/rmsnorm.h"
 
 #include <cmath>
@@ -111,6 +111,67 @@ TEST(RmsNormTest, MatchesFloat64Reference) {
   }
 }
 
+struct ResidualCase {
+  std::vector<int64_t> shape;
+  DType x_dtype, y_dtype;
+  RmsNormForm form;
+  int64_t pad = 0;        // extra elements per row of every storage (x, y, residual)
+  bool in_place = false;  // y = x
+
+  std::string name() const {
+    std::string s = "shape";
+    for (size_t i = 0; i < shape.size(); ++i) s += str_cat(i ? "x" : "", shape[i]);
+    s += str_cat("_x", dtype_name(x_dtype), "_y", dtype_name(y_dtype),
+                 form == RmsNormForm::kOffset ? "_offset" : "_weight");
+    if (pad) s += str_cat("_pad", pad);
+    if (in_place) s += "_inplace";
+    return s;
+  }
+};
+
+TEST(RmsNormTest, FusedResidualAddsThenNormalises) {
+  const ResidualCase cases[] = {
+      {{1}, kF32, kF32, kWeight},
+      {{3, 33}, kF32, kF32, kOffset},
+      {{0, 8}, kF32, kF32, kOffset},
+      {{5, 129}, kBF16, kBF16, kWeight, 2},
+      {{2, 3, 64}, kF32, kBF16, kOffset, 1},
+      {{4, 2048}, kF32, kF32, kOffset, 0, true},
+      {{2, 2, 2, 17}, kBF16, kBF16, kWeight, 3, true},
+  };
+  int seed = 100;
+  for (const ResidualCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    std::mt19937 rng(++seed);
+    const int64_t d = c.shape.back();
+    const int64_t numel = padded_numel(c.shape, c.pad, 0);
+    Tensor x_storage = testing::random_normal({numel}, c.x_dtype, rng, 0.0f, 1.0f);
+    Tensor r_storage = testing::random_normal({numel}, kF32, rng, 0.5f, 2.0f);
+    const TensorView x = padded_view(x_storage, c.shape, c.pad, 0);
+    const TensorView residual = padded_view(r_storage, c.shape, c.pad, 0);
+    Tensor weight = testing::random_normal({d}, kF32, rng, c.form == kOffset ? 0.0f : 1.0f, 0.1f);
+    // the sum the kernel must keep: residual + x rounded once to f32
+    const std::vector<double> x64 = testing::to_f64(x), r64 = testing::to_f64(residual);
+    std::vector<double> sum(x64.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = double(float(r64[i]) + float(x64[i]));
+    Tensor y_storage;
+    TensorView y = x;
+    if (!c.in_place) {
+      y_storage = testing::poisoned({numel}, c.y_dtype);
+      y = padded_view(y_storage, c.shape, c.pad, 0);
+    }
+    ASSERT_OK(rmsnorm(
+        {.x = x, .weight = weight, .eps = 1e-6f, .form = c.form, .y = y, .residual = residual}));
+    EXPECT_CLOSE(residual, sum,
+                 {.atol = 0, .rtol = 0, .why = "one fp32 add per element, as the reference"});
+    EXPECT_CLOSE(y, rmsnorm_reference(sum, testing::to_f64(weight), 1e-6, c.form),
+                 output_tolerance(c.in_place ? c.x_dtype : c.y_dtype));
+    if (!c.in_place) {
+      EXPECT_TRUE(testing::untouched_outside(y_storage, y));
+    }
+  }
+}
+
 TEST(RmsNormTest, ZeroRowStaysZeroAndEpsIsUsed) {
   // row 0 is all zeros: rsqrt(0 + eps) is large but finite, and 0 times it is 0.
   // row 1 is tiny (mean square 1e-8, below eps = 1e-5): eps dominates, y ~ x / sqrt(eps)
@@ -142,6 +203,10 @@ TEST(RmsNormTest, RejectsBadArguments) {
   const TensorView x_strided_last(x.view().raw(), kF32, 2, shape, every_other);
   const TensorView weight_on_cuda(weight.view().raw(), kF32, {d}, Device::cuda(0));
   const TensorView x_as_bf16(x.view().raw(), kBF16, {T, d});
+  Tensor residual = testing::random_normal({T, d}, kF32, rng);
+  Tensor residual_bf16 = testing::random_normal({T, d}, kBF16, rng);
+  Tensor residual_tall = testing::random_normal({T + 1, d}, kF32, rng);
+  const TensorView residual_on_cuda(residual.view().raw(), kF32, {T, d}, Device::cuda(0));
   const RmsNormParams good = {.x = x, .weight = weight, .eps = 1e-6f, .y = y};
 
   struct ErrorCase {
@@ -181,6 +246,14 @@ TEST(RmsNormTest, RejectsBadArguments) {
        "rmsnorm: y aliases x with a different dtype or strides"},
       {"missing_weight", [&](RmsNormParams& p) { p.weight = {}; }, "rmsnorm: weight is missing"},
       {"missing_y", [&](RmsNormParams& p) { p.y = {}; }, "rmsnorm: y is missing"},
+      {"residual_shape", [&](RmsNormParams& p) { p.residual = residual_tall; },
+       "rmsnorm: residual has shape [4, 8], expected [3, 8] (the shape of x)"},
+      {"residual_dtype", [&](RmsNormParams& p) { p.residual = residual_bf16; },
+       "rmsnorm: residual has dtype bf16, expected f32"},
+      {"residual_device", [&](RmsNormParams& p) { p.residual = residual_on_cuda; },
+       "rmsnorm: residual is on cuda:0, expected cpu"},
+      {"residual_is_x", [&](RmsNormParams& p) { p.residual = x; },
+       "rmsnorm: residual overlaps x; the residual sum is kept in its own buffer"},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -189,6 +262,25 @@ TEST(RmsNormTest, RejectsBadArguments) {
     EXPECT_ERROR_CONTAINS(rmsnorm(p), c.error);
   }
   EXPECT_OK(rmsnorm(good));
+  RmsNormParams with_residual = good;
+  with_residual.residual = residual;
+  EXPECT_OK(rmsnorm(with_residual));
+}
+
+TEST(RmsNormTest, ResidualMustNotOverlapY) {
+  std::mt19937 rng(6);
+  const int64_t T = 3, d = 8;
+  Tensor x = testing::random_normal({T, d}, kF32, rng);
+  Tensor weight = testing::random_normal({d}, kF32, rng);
+  Tensor storage = testing::poisoned({T * d + 1}, kF32);
+  const TensorView y(storage.data<float>(), kF32, {T, d});
+  // one element further on: a [T, d] residual sharing all but one element with y
+  const TensorView residual(storage.data<float>() + 1, kF32, {T, d});
+  for (const TensorView& r : {y, residual}) {
+    EXPECT_ERROR_CONTAINS(
+        rmsnorm({.x = x, .weight = weight, .y = y, .residual = r}),
+        "rmsnorm: residual overlaps y; the residual sum is kept in its own buffer");
+  }
 }
 
 }  // namespace

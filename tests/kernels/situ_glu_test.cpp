@@ -39,6 +39,14 @@ std::vector<double> situ_and_mul_reference(const std::vector<double>& x, int64_t
 constexpr Tolerance kOutputTolerance = {
     .atol = 1e-6, .rtol = 1e-5, .why = "fp32 tanhf / expf within a few ulp, four products"};
 
+/// A bf16 y is the fp32 result rounded once: at most half a bf16 ulp, 2^-8 relative, on top of
+/// the fp32 error of kOutputTolerance.
+constexpr Tolerance kBf16OutputTolerance = {.atol = 1e-6,
+                                            .rtol = 1.0 / 256 + 1e-5,
+                                            .why =
+                                                "fp32 result (kOutputTolerance) rounded once "
+                                                "to bf16: <= 2^-8 relative"};
+
 struct SituCase {
   int64_t T, I;
   GluLayout layout;
@@ -92,6 +100,31 @@ TEST(SituAndMulTest, BoundsAndSaturatesWithoutNaN) {
   EXPECT_EQ(testing::to_f64(y)[1], -100.0) << "4 tanh(2.5e29) sigmoid(1e30) * 25 tanh(-4e28)";
 }
 
+TEST(SituAndMulTest, Bf16OutputMatchesFloat64Reference) {
+  struct Bf16Case {
+    int64_t T, I;
+    GluLayout layout;
+  };
+  const Bf16Case cases[] = {{0, 8, GluLayout::kContiguous},
+                            {1, 1, GluLayout::kContiguous},
+                            {7, 129, GluLayout::kStrided},
+                            {33, 64, GluLayout::kContiguous}};
+  int seed = 50;
+  for (const Bf16Case& c : cases) {
+    SCOPED_TRACE(str_cat("T", c.T, "_I", c.I, testing::glu_layout_suffix(c.layout)));
+    std::mt19937 rng(++seed);
+    testing::expect_glu_matches_reference(
+        c.T, c.I, c.layout, /*stddev=*/20.0f, rng, kBf16OutputTolerance,
+        [&](const TensorView& x, const TensorView& y) {
+          return situ_and_mul({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y});
+        },
+        [&](const std::vector<double>& x) {
+          return situ_and_mul_reference(x, c.T, c.I, 4.0f, 25.0f);
+        },
+        DType::kBF16);
+  }
+}
+
 TEST(SituAndMulTest, RejectsBadArguments) {
   std::mt19937 rng(5);
   const int64_t T = 3, I = 4;
@@ -101,6 +134,9 @@ TEST(SituAndMulTest, RejectsBadArguments) {
   Tensor y = testing::poisoned({T, I}, DType::kF32);
   Tensor y_wide = testing::poisoned({T, 2 * I}, DType::kF32);
   const TensorView y_alias_packed(x.view().raw(), DType::kF32, {T, I});
+  // x's memory as a bf16 y with x's row stride (in elements)
+  const int64_t y_shape[] = {T, I}, x_row_stride[] = {2 * I, 1};
+  const TensorView y_alias_bf16(x.view().raw(), DType::kBF16, 2, y_shape, x_row_stride);
   const SituAndMulParams good = {.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y};
 
   struct ErrorCase {
@@ -117,6 +153,8 @@ TEST(SituAndMulTest, RejectsBadArguments) {
        "situ_and_mul: x has dtype bf16, expected f32"},
       {"alias_other_stride", [&](SituAndMulParams& p) { p.y = y_alias_packed; },
        "situ_and_mul: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
+      {"alias_other_dtype", [&](SituAndMulParams& p) { p.y = y_alias_bf16; },
+       "situ_and_mul: y aliases x with dtype bf16, x has f32; in place needs x's dtype"},
       {"beta_zero", [&](SituAndMulParams& p) { p.beta = 0.0f; },
        "situ_and_mul: beta is 0, expected a finite value > 0"},
       {"linear_beta_nan", [&](SituAndMulParams& p) { p.linear_beta = NAN; },

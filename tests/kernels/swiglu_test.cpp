@@ -33,6 +33,14 @@ std::vector<double> silu_and_mul_reference(const std::vector<double>& x, int64_t
 constexpr Tolerance kOutputTolerance = {
     .atol = 1e-6, .rtol = 1e-5, .why = "fp32 expf within a few ulp, one division and two products"};
 
+/// A bf16 y is the fp32 result rounded once: at most half a bf16 ulp, 2^-8 relative, on top of
+/// the fp32 error of kOutputTolerance.
+constexpr Tolerance kBf16OutputTolerance = {.atol = 1e-6,
+                                            .rtol = 1.0 / 256 + 1e-5,
+                                            .why =
+                                                "fp32 result (kOutputTolerance) rounded once "
+                                                "to bf16: <= 2^-8 relative"};
+
 struct SwigluCase {
   int64_t T, I;
   GluLayout layout;
@@ -67,6 +75,27 @@ TEST(SiluAndMulTest, SaturatesWithoutNaN) {
                {.atol = 1e-30, .rtol = 1e-6, .why = "saturated silu is exactly 0 or x"});
 }
 
+TEST(SiluAndMulTest, Bf16OutputMatchesFloat64Reference) {
+  struct Bf16Case {
+    int64_t T, I;
+    GluLayout layout;
+  };
+  const Bf16Case cases[] = {{0, 8, GluLayout::kContiguous},
+                            {1, 1, GluLayout::kContiguous},
+                            {7, 129, GluLayout::kStrided},
+                            {33, 64, GluLayout::kContiguous}};
+  int seed = 50;
+  for (const Bf16Case& c : cases) {
+    SCOPED_TRACE(str_cat("T", c.T, "_I", c.I, testing::glu_layout_suffix(c.layout)));
+    std::mt19937 rng(++seed);
+    testing::expect_glu_matches_reference(
+        c.T, c.I, c.layout, /*stddev=*/3.0f, rng, kBf16OutputTolerance,
+        [&](const TensorView& x, const TensorView& y) { return silu_and_mul({.x = x, .y = y}); },
+        [&](const std::vector<double>& x) { return silu_and_mul_reference(x, c.T, c.I); },
+        DType::kBF16);
+  }
+}
+
 TEST(SiluAndMulTest, RejectsBadArguments) {
   std::mt19937 rng(5);
   const int64_t T = 3, I = 4;
@@ -79,6 +108,9 @@ TEST(SiluAndMulTest, RejectsBadArguments) {
   const TensorView y_on_cuda(y.view().raw(), DType::kF32, {T, I}, Device::cuda(0));
   // x's memory as a contiguous [T, I] y: same pointer, row stride I instead of 2I
   const TensorView y_alias_packed(x.view().raw(), DType::kF32, {T, I});
+  // x's memory as a bf16 y with x's row stride (in elements)
+  const int64_t y_shape[] = {T, I}, x_row_stride[] = {2 * I, 1};
+  const TensorView y_alias_bf16(x.view().raw(), DType::kBF16, 2, y_shape, x_row_stride);
   const SiluAndMulParams good = {.x = x, .y = y};
 
   struct ErrorCase {
@@ -99,6 +131,8 @@ TEST(SiluAndMulTest, RejectsBadArguments) {
        "silu_and_mul: y is on cuda:0, expected cpu"},
       {"alias_other_stride", [&](SiluAndMulParams& p) { p.y = y_alias_packed; },
        "silu_and_mul: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
+      {"alias_other_dtype", [&](SiluAndMulParams& p) { p.y = y_alias_bf16; },
+       "silu_and_mul: y aliases x with dtype bf16, x has f32; in place needs x's dtype"},
       {"missing_y", [&](SiluAndMulParams& p) { p.y = {}; }, "silu_and_mul: y is missing"},
   };
   for (const ErrorCase& c : cases) {

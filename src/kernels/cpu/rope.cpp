@@ -12,12 +12,10 @@ namespace hyla::kernels::cpu {
 void rope(const RopeParams& p) {
   const int64_t T = p.x.size(0), heads = p.x.size(1);
   const int64_t half = p.rotary_dim / 2;
-  // HF: inv_freq = 1.0 / (theta ** (arange(0, dim, 2).float() / dim)), every step in fp32
   std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[size_t(i)] = 1.0f / std::pow(p.theta, float(2 * i) / float(p.rotary_dim));
+  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = rope_inv_freq(p.theta, p.rotary_dim, i);
   float* x = static_cast<float*>(p.x.raw());
-  const int32_t* positions = p.positions.data<int32_t>();
+  const int32_t* positions = p.positions.host<int32_t>();
   parallel_for_blocks(T, rows_per_task(heads * p.rotary_dim), [&](int64_t begin, int64_t end) {
     std::vector<float> cos_angle(static_cast<size_t>(half)), sin_angle(static_cast<size_t>(half));
     for (int64_t t = begin; t < end; ++t) {
