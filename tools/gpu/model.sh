@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): the whole model on the GPU.
-#   bash tools/gpu/model.sh [tests|demo|ckpt|bench|llama-build|llama-bench|all]...   (default: tests demo)
+#   bash tools/gpu/model.sh [tests|demo|ckpt|bench|llama-build|llama-bench|sidebyside|all]...
+#   (default: tests demo)
 # tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
 # embedded demo model. ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
 # tokenizer from third_party_peer/qwen3_tokenizer) into $WORK/bench-ckpt (kept while the machine is warm).
 # bench: `hyla bench` on it (table + JSON). llama-build: llama.cpp from third_party_peer/llamacpp.tar.gz and
 # its GGUF conversion of the checkpoint (../shared/tools/llamacpp_side_by_side.sh build convert, ~6 min);
 # llama-bench: its benchmark rows (side_by_side.sh bench), to run in the same call as bench.
+# sidebyside: all of it in one call (the machine is released 30 s after a call, so nothing survives
+# to the next): llama.cpp builds in the background while the checkpoint is written and `hyla bench`
+# runs, then llama.cpp converts and runs its rows (~9 min in all).
 # Everything printed goes to $OUT/summary.txt; logs of failing steps are printed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -66,4 +70,22 @@ if want llama-bench; then
   echo "== llama.cpp"
   timeout 300 bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" "$WORK/llama" \
     "$OUT/llamacpp.json" bench
+fi
+if want sidebyside; then
+  (bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" "$WORK/llama" \
+    "$OUT/llamacpp.json" build > "$LOGS/llama_build.log" 2>&1) &
+  llama_build=$!
+  if [[ ! -f $ckpt/config.json ]]; then
+    t=$SECONDS
+    python3 "$SHARED/tools/make_bench_checkpoint.py" --out "$ckpt" \
+      --tokenizer-dir third_party_peer/qwen3_tokenizer > "$LOGS/ckpt.log" 2>&1 || tail -20 "$LOGS/ckpt.log"
+    echo "checkpoint: $((SECONDS - t)) s, $(du -sh "$ckpt" | cut -f1)"
+  fi
+  echo "== hyla bench (llama.cpp building beside it on the CPU)"
+  t=$SECONDS
+  timeout 300 $hyla bench --model "$ckpt" --device cuda --json "$OUT/hyla_bench.json" 2>&1 | tail -30
+  echo "hyla bench: $((SECONDS - t)) s"
+  wait $llama_build; echo "llama.cpp build rc=$?"; tail -3 "$LOGS/llama_build.log"
+  timeout 240 bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" \
+    "$WORK/llama" "$OUT/llamacpp.json" convert bench
 fi

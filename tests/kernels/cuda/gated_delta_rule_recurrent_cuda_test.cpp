@@ -200,9 +200,9 @@ TEST(GatedDeltaRuleRecurrentCudaTest, MatchesCpu) {
       // slots nobody writes: bit for bit what they held
       for (int64_t s = 0; s < slots; ++s) {
         if (std::find(final.begin(), final.end(), int32_t(s)) != final.end()) continue;
-        EXPECT_TRUE(
-            testing::bitwise_equal(pool_back.view().reshape({slots, HV, d_v, d_k}).select(s),
-                                   pool.host_storage.view().reshape({slots, HV, d_v, d_k}).select(s)))
+        EXPECT_TRUE(testing::bitwise_equal(
+            pool_back.view().reshape({slots, HV, d_v, d_k}).select(s),
+            pool.host_storage.view().reshape({slots, HV, d_v, d_k}).select(s)))
             << "slot " << s << " is written by no sequence but changed";
       }
     }
