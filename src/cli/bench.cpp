@@ -14,6 +14,7 @@
 #include "cli/device.h"
 #include "cli/generate.h"
 #include "model/architecture.h"
+#include "model/layer_times.h"
 #include "runtime/engine.h"
 
 namespace hyla::cli {
@@ -35,6 +36,8 @@ struct Case {
 struct Measured {
   int64_t tokens = 0;
   double seconds = 0;
+  int64_t steps = 0;         ///< steps counted in tokens / seconds
+  model::LayerTimes layers;  ///< with --profile: those steps' time by layer kind
   double tokens_per_s() const { return seconds > 0 ? double(tokens) / seconds : 0.0; }
 };
 
@@ -45,8 +48,11 @@ int fail(std::FILE* err, const std::string& message) {
 
 /// Runs one case on a fresh engine sized for its requests (at most 3/4 of the device's available
 /// memory, as `hyla generate` does; refused beyond it).
-Result<Measured> run_case(const model::Model& model, Device device, const Case& c) {
+Result<Measured> run_case(const model::Model& model, Device device, const Case& c,
+                          bool profile = false) {
+  model::LayerTimes step_layers;
   runtime::EngineOptions options;
+  if (profile) options.layer_times = &step_layers;
   options.device = device;
   options.max_batch_tokens = c.step_tokens;
   options.max_running = int64_t(c.prompts.size());
@@ -75,6 +81,7 @@ Result<Measured> run_case(const model::Model& model, Device device, const Case& 
   while (!engine->idle()) {
     const int64_t prompt_before = engine->stats().prompt_tokens;
     const Clock::time_point start = Clock::now();
+    step_layers.clear();
     const std::vector<runtime::TokenEvent> events = engine->step();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     int64_t sampled = 0;
@@ -83,12 +90,12 @@ Result<Measured> run_case(const model::Model& model, Device device, const Case& 
       sampled += e.token >= 0 ? 1 : 0;
     }
     const int64_t prompt_tokens = engine->stats().prompt_tokens - prompt_before;
-    if (c.prefill && prompt_tokens > 0) {
-      m.tokens += prompt_tokens;
+    const bool counted = c.prefill ? prompt_tokens > 0 : prompt_tokens == 0;
+    if (counted) {
+      m.tokens += c.prefill ? prompt_tokens : sampled;
       m.seconds += seconds;
-    } else if (!c.prefill && prompt_tokens == 0) {
-      m.tokens += sampled;
-      m.seconds += seconds;
+      m.steps += 1;
+      m.layers.add(step_layers);
     }
   }
   return m;
@@ -190,6 +197,40 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
                           {"tokens_per_s", m->tokens_per_s()}};
     if (commit) row["commit"] = *commit;
     results.push_back(row);
+  }
+
+  if (options.profile) {
+    // The same cases again, each layer boundary synchronised: where a counted step's time goes.
+    std::fprintf(out,
+                 "\nms per counted step by layer kind (--profile: every layer waits for the "
+                 "device, so steps run slower than above)\n\n| case | steps |");
+    constexpr int kParts = int(model::LayerPart::kCount);
+    for (int p = 0; p < kParts; ++p)
+      std::fprintf(out, " %s |", model::layer_part_name(model::LayerPart(p)));
+    std::fprintf(out, " total |\n|---|---:|");
+    for (int p = 0; p <= kParts; ++p) std::fprintf(out, "---:|");
+    std::fprintf(out, "\n");
+    for (const Case& c : cases(options)) {
+      Result<Measured> m = run_case(*model.value(), device.value(), c, /*profile=*/true);
+      if (!m.ok() || m->steps == 0) {
+        ++failed;
+        std::fprintf(err, "hyla bench: %s (profile): %s\n", c.name.c_str(),
+                     m.ok() ? "no step counted" : m.status().message().c_str());
+        continue;
+      }
+      const double per_step = 1e3 / double(m->steps);
+      std::fprintf(out, "| %s | %lld |", c.name.c_str(), static_cast<long long>(m->steps));
+      nlohmann::json parts = nlohmann::json::object();
+      for (int p = 0; p < kParts; ++p) {
+        const double ms = m->layers.seconds(model::LayerPart(p)) * per_step;
+        std::fprintf(out, " %.3f |", ms);
+        parts[model::layer_part_name(model::LayerPart(p))] = ms;
+      }
+      std::fprintf(out, " %.3f |\n", m->layers.total_seconds() * per_step);
+      std::fflush(out);
+      for (nlohmann::json& row : results)
+        if (row["name"] == c.name) row["layer_ms_per_step"] = parts;
+    }
   }
 
   if (!options.json_path.empty()) {

@@ -29,6 +29,9 @@ struct BenchOptions {
   int64_t new_tokens = 128;                     ///< generated tokens per sequence (>= 2)
   int64_t step_tokens = 2048;                   ///< prefill chunk (EngineOptions::max_batch_tokens)
   std::string json_path;                        ///< empty: no JSON file
+  /// Also run every case with the time split by layer kind (model/layer_times.h; synchronised at
+  /// each layer, so slower): a second table of ms per step, and "layer_ms_per_step" in the JSON.
+  bool profile = false;
 };
 
 /// Checks every option's range; the message names the option, its value and the range.

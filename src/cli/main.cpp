@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
                  "prompt tokens per step of the prefill cases (default 2048)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   bn->add_option("--json", bench.json_path, "also write the results to this JSON file");
+  bn->add_flag("--profile", bench.profile,
+               "then run each case again with its time split by layer kind (ms per step; each "
+               "layer waits for the device)");
   int bench_threads = 0;
   bn->add_option("--threads", bench_threads,
                  "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")

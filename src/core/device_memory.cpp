@@ -13,6 +13,7 @@ void* cuda_alloc(size_t bytes);
 void cuda_free(void* ptr);
 void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes);
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes);
+void cuda_synchronize();
 Result<DeviceFreeMemory> cuda_free_memory(int index);
 #else
 static bool cuda_available_impl() { return false; }
@@ -24,6 +25,7 @@ static void* cuda_alloc(size_t) { no_cuda(); }
 static void cuda_free(void*) { no_cuda(); }
 static void cuda_copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
 static void cuda_fill_bytes(void*, uint8_t, size_t) { no_cuda(); }
+static void cuda_synchronize() { no_cuda(); }
 #endif
 
 bool cuda_available() { return cuda_available_impl(); }
@@ -66,6 +68,10 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
 void device_fill_bytes(Device device, void* ptr, uint8_t byte, size_t bytes) {
   if (device.is_cuda()) return cuda_fill_bytes(ptr, byte, bytes);
   std::memset(ptr, byte, bytes);
+}
+
+void device_synchronize(Device device) {
+  if (device.is_cuda()) cuda_synchronize();
 }
 
 }  // namespace hyla

@@ -75,6 +75,8 @@ Result<DeviceFreeMemory> cuda_free_memory(int index) {
   return DeviceFreeMemory{int64_t(free_bytes), int64_t(total_bytes)};
 }
 
+void cuda_synchronize() { HYLA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes) {
   HYLA_CUDA_CHECK(cudaMemset(ptr, byte, bytes));
 }

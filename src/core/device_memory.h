@@ -25,5 +25,7 @@ void device_free(Device device, void* ptr);
 /// Copies `bytes` between any two devices (synchronous).
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void device_fill_bytes(Device device, void* ptr, uint8_t byte, size_t bytes);
+/// Waits until the device has finished all queued work (no-op for the CPU).
+void device_synchronize(Device device);
 
 }  // namespace hyla

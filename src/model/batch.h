@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/layer_times.h"
 
 namespace hyla::model {
 
@@ -58,6 +59,9 @@ struct BatchMemory {
   /// max_sequences sequences (T = 1), 16-byte aligned.
   TensorView decode_arrivals;
   TensorView decode_workspace;
+  /// Optional: forward_batch adds each part's time here, by layer kind (layer_times.h; it waits
+  /// for the device at every boundary, so only for profiling).
+  LayerTimes* layer_times = nullptr;
 };
 
 }  // namespace hyla::model

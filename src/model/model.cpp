@@ -213,6 +213,16 @@ Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& st
 
 namespace {
 
+LayerPart mixer_part(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kGatedDeltaNet: return LayerPart::kGatedDeltaNet;
+    case MixerKind::kKimiDelta: return LayerPart::kKimiDelta;
+    case MixerKind::kFullAttention: return LayerPart::kFullAttention;
+    case MixerKind::kLatentAttention: return LayerPart::kLatentAttention;
+  }
+  return LayerPart::kFullAttention;
+}
+
 Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
   const int64_t B = batch.num_sequences();
   if (B < 1) return invalid_argument("forward_batch: no sequences");
@@ -260,9 +270,17 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   // tokens, cu_seqlens, slots and last rows: one upload per step
   const StepIndices indices = StepIndices::pack(batch, dev);
 
+  // Profiling (hyla bench --profile): the time of each part, by layer kind.
+  LayerTimes* const times = memory.layer_times;
+  const auto lap = [times](LayerPart part) {
+    if (times) times->mark(part);
+  };
+  if (times) times->start(dev);
+
   // h = embed(tokens)
   Tensor h = Tensor::empty({T, H}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(kernels::embedding({.table = embedding_, .ids = indices.tokens, .y = h}));
+  lap(LayerPart::kEmbedding);
   if (trace) {
     *trace = ForwardTrace{};
     trace->hidden_states.push_back(h.clone());
@@ -294,6 +312,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
         trace->attn_res_probs_attn.push_back(probs);
       }
       attn_in = mix;
+      lap(LayerPart::kAttnResidual);
     }
     // h += mixer(norm(attn_in))
     HYLA_RETURN_IF_ERROR(norm(attn_in, layer.input_norm, c, normed));
@@ -317,6 +336,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     }
     if (trace) trace->mixer_out.push_back(branch.clone());
     HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
+    lap(mixer_part(kind));
 
     // MLP input: h, or mix(bank, h)
     Tensor mlp_in = h;
@@ -329,6 +349,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
         trace->attn_res_probs_mlp.push_back(probs);
       }
       mlp_in = mix;
+      lap(LayerPart::kAttnResidual);
     }
     // h += mlp(norm(mlp_in))
     HYLA_RETURN_IF_ERROR(norm(mlp_in, layer.post_norm, c, normed));
@@ -344,6 +365,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
       trace->router_weights.push_back(weights);
     }
     HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
+    lap(c.mlps[size_t(i)] == MlpKind::kMoe ? LayerPart::kMoe : LayerPart::kDenseMlp);
     if (trace && i + 1 < L) trace->hidden_states.push_back(h.clone());
   }
   if (trace) trace->last_layer_out = h.clone();
@@ -374,6 +396,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   Tensor logits = Tensor::empty({last.size(0), c.vocab_size}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(
       kernels::linear({.x = final_normed, .weight = lm_head_, .bias = {}, .y = logits}));
+  lap(LayerPart::kHead);
   return logits;
 }
 

@@ -172,6 +172,7 @@ void Engine::init_batch_memory() {
   memory_.page_size = options_.page_size;
   memory_.decode_arrivals = decode_arrivals_;
   memory_.decode_workspace = decode_workspace_;
+  memory_.layer_times = options_.layer_times;
   for (int layer = 0; layer < L; ++layer) {
     if (states_ && states_->linear_index(layer) >= 0) {
       memory_.conv_state[size_t(layer)] = states_->conv_state(states_->linear_index(layer));

@@ -55,6 +55,9 @@ struct EngineOptions {
   /// allow_long_context.
   int64_t max_context = 0;
   bool allow_long_context = false;
+  /// Optional profiling: each step's time by layer kind is added here (model/layer_times.h; it
+  /// waits for the device at every layer boundary, so steps run slower).
+  model::LayerTimes* layer_times = nullptr;
 };
 
 /// The MemoryPlanOptions (dtypes, page size, device, scratch) that `options` implies.

@@ -64,7 +64,7 @@ if want llama-build; then
 fi
 if want bench; then
   echo "== hyla bench"
-  timeout 420 $hyla bench --model "$ckpt" --device cuda --json "$OUT/hyla_bench.json" 2>&1 | tail -30
+  timeout 400 $hyla bench --model "$ckpt" --device cuda --profile --json "$OUT/hyla_bench.json" 2>&1 | tail -30
 fi
 if want llama-bench; then
   echo "== llama.cpp"
