@@ -28,6 +28,7 @@ want() { [[ " ${steps[*]} " == *" $1 "* ]] || [[ " ${steps[*]} " == *" all "* ]]
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader
 echo "git there: $(git rev-parse --short HEAD 2>/dev/null), $(git status --short 2>/dev/null | wc -l) changed paths"
 start=$SECONDS
+source tools/gpu/tokenizer_deps.sh
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON -DHYLA_BENCH=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90a > "$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
 targets=(hyla_cli)
@@ -43,13 +44,21 @@ if want tests; then
   grep -E "tests passed|Failed|FAILED|\*\*\*|Skipped" "$OUT/gpu_tests.log" | head -40
 fi
 if want demo; then
-  # The device image has no PCRE2 / ICU, so its build has no tokenizer: the demo prompt goes in as
-  # ids ("It was a bright cold morning, and" with models/hyla-demo's tokenizer).
-  ids="2354 357 259 3283 3330 1820 12 276"
-  echo "== demo on the GPU"
-  timeout 120 $hyla generate --device cuda --max-new-tokens 48 --verbose --prompt-ids "$ids" 2>&1 | tail -8
-  echo "== demo on the CPU (same prompt, for the tokens)"
-  timeout 120 $hyla generate --device cpu --max-new-tokens 48 --prompt-ids "$ids" 2>&1 | tail -3
+  grep -E "Hyla: tokenizer" "$LOGS/configure.log"
+  prompt="It was a bright cold morning, and"
+  if $hyla tokenize --help > /dev/null 2>&1; then
+    echo "== demo on the GPU: $prompt"
+    timeout 120 $hyla generate --device cuda --max-new-tokens 48 --verbose "$prompt" 2>&1 | tail -8
+    echo "== demo on the CPU"
+    timeout 120 $hyla generate --device cpu --max-new-tokens 48 "$prompt" 2>&1 | tail -4
+  else
+    # No tokenizer in this build: the prompt as ids (models/hyla-demo's tokenizer).
+    ids="2354 357 259 3283 3330 1820 12 276"
+    echo "== demo on the GPU (ids)"
+    timeout 120 $hyla generate --device cuda --max-new-tokens 48 --verbose --prompt-ids "$ids" 2>&1 | tail -8
+    echo "== demo on the CPU (ids)"
+    timeout 120 $hyla generate --device cpu --max-new-tokens 48 --prompt-ids "$ids" 2>&1 | tail -3
+  fi
 fi
 ckpt=$WORK/bench-ckpt
 if want ckpt && [[ ! -f $ckpt/config.json ]]; then
