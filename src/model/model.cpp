@@ -297,6 +297,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   }
   Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
   Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
+  std::optional<PagedBatch> paged;  // the attention layers' index tensors
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer& layer = layers_[size_t(i)];
     const MixerKind kind = c.mixers[size_t(i)];
@@ -327,12 +328,14 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                                : kda_forward(layer.kda, c, normed, linear, branch));
     } else {
       // Attention and MLA write the new tokens' rows to the pages and attend over them in place.
-      HYLA_ASSIGN_OR_RETURN(const PagedBatch paged, paged_batch(batch, normed.device()));
+      if (!paged) {  // once per step, at the first attention layer
+        HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev));
+      }
       const LayerPages pages{.k = memory.k_pages[size_t(i)], .v = memory.v_pages[size_t(i)]};
       HYLA_RETURN_IF_ERROR(
           kind == MixerKind::kFullAttention
-              ? attention_forward(layer.attention, c, normed, paged, pages, branch)
-              : latent_attention_forward(layer.latent, c, normed, paged, pages, branch));
+              ? attention_forward(layer.attention, c, normed, *paged, pages, branch)
+              : latent_attention_forward(layer.latent, c, normed, *paged, pages, branch));
     }
     if (trace) trace->mixer_out.push_back(branch.clone());
     HYLA_RETURN_IF_ERROR(add_in_place(h, branch));

@@ -25,11 +25,12 @@ Result<PagedBatch> paged_batch(const Batch& batch, Device device) {
   int64_t max_pages = 1;
   for (const std::vector<int32_t>& table : batch.page_tables)
     max_pages = std::max(max_pages, int64_t(table.size()));
-  Tensor cu = Tensor::empty({B + 1}, DType::kI32);
-  Tensor past = Tensor::empty({B}, DType::kI32);
-  Tensor table = Tensor::empty({B, max_pages}, DType::kI32);
-  Tensor positions = Tensor::empty({T}, DType::kI32);
-  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), cu.host<int32_t>());
+  // [cu (B+1) | past (B) | page_table (B max_pages) | positions (T) | own_page (B)]
+  const int64_t at_past = B + 1, at_table = at_past + B, at_positions = at_table + B * max_pages,
+                at_own = at_positions + T, total = at_own + B;
+  Tensor host = Tensor::empty({total}, DType::kI32);
+  int32_t* h = host.host<int32_t>();
+  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), h);
   PagedBatch out;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t begin = batch.cu_seqlens[size_t(b)], end = batch.cu_seqlens[size_t(b + 1)];
@@ -38,18 +39,22 @@ Result<PagedBatch> paged_batch(const Batch& batch, Device device) {
       return out_of_range("paged_batch: sequence ", b, " reaches position ", length - 1,
                           ", beyond the int32 positions of the attention kernels");
     out.max_length = std::max(out.max_length, length);
-    past.host<int32_t>()[b] = int32_t(batch.past[size_t(b)]);
+    h[at_past + b] = int32_t(batch.past[size_t(b)]);
     for (int64_t t = begin; t < end; ++t)
-      positions.host<int32_t>()[t] = int32_t(batch.past[size_t(b)] + (t - begin));
+      h[at_positions + t] = int32_t(batch.past[size_t(b)] + (t - begin));
     const std::vector<int32_t>& pages = batch.page_tables[size_t(b)];
-    int32_t* row = table.host<int32_t>() + b * max_pages;
+    int32_t* row = h + at_table + b * max_pages;
     std::copy(pages.begin(), pages.end(), row);
     std::fill(row + pages.size(), row + max_pages, -1);
+    h[at_own + b] = int32_t(b);
   }
-  out.cu_seqlens = cu.to(device);
-  out.past = past.to(device);
-  out.page_table = table.to(device);
-  out.positions = positions.to(device);
+  out.storage = host.to(device);
+  const TensorView all = out.storage.view();
+  out.cu_seqlens = all.slice(0, at_past);
+  out.past = all.slice(at_past, at_table);
+  out.page_table = all.slice(at_table, at_positions).reshape({B, max_pages});
+  out.positions = all.slice(at_positions, at_own);
+  out.own_page = all.slice(at_own, total).reshape({B, 1});
   return out;
 }
 

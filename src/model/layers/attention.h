@@ -25,13 +25,16 @@ struct AttentionWeights {
   Tensor o_proj;  ///< [hidden, nh hd]
 };
 
-/// One forward call's view of the paged KV cache, built from the Batch: index tensors on the
-/// activations' device (see kernels/kv_pages.h) and the host numbers layers size scratch with.
+/// One forward call's view of the paged KV cache, built from the Batch once per step: index
+/// tensors on the activations' device (see kernels/kv_pages.h), packed in one buffer so they take
+/// one upload, and the host numbers layers size scratch with.
 struct PagedBatch {
-  Tensor cu_seqlens;       ///< [B+1] i32
-  Tensor past;             ///< [B] i32
-  Tensor page_table;       ///< [B, max_pages] i32, -1 after each sequence's pages
-  Tensor positions;        ///< [T] i32: past[b] + i for the i-th new token of sequence b
+  Tensor storage;          ///< owns the views below: [cu | past | page_table | positions | own]
+  TensorView cu_seqlens;   ///< [B+1] i32
+  TensorView past;         ///< [B] i32
+  TensorView page_table;   ///< [B, max_pages] i32, -1 after each sequence's pages
+  TensorView positions;    ///< [T] i32: past[b] + i for the i-th new token of sequence b
+  TensorView own_page;     ///< [B, 1] i32: b (MLA: sequence b's gathered block as page b)
   int64_t max_length = 0;  ///< max_b past[b] + n_b: the longest sequence after this call
 
   kernels::PageIndex index() const { return {cu_seqlens, past, page_table}; }

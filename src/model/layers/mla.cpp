@@ -74,11 +74,8 @@ Status latent_attention_forward(const LatentAttentionWeights& w, const ModelConf
 
   // The padded blocks act as pages of R rows, sequence b's being page b: keys [k_nope_h | k_pe]
   // (k_pe shared by every head), values v_h.
-  Tensor own_page = Tensor::empty({B, 1}, DType::kI32);
-  for (int64_t b = 0; b < B; ++b) own_page.host<int32_t>()[b] = int32_t(b);
-  own_page = own_page.to(device);
   const TensorView kv_pages = kv.view().reshape({B, R, nh, nope + d_v});
-  const kernels::PageIndex blocks{batch.cu_seqlens, batch.past, own_page};
+  const kernels::PageIndex blocks{batch.cu_seqlens, batch.past, batch.own_page};
 
   // K3: o *= sigmoid(x W_g^T) (the gate reads x, not o)
   Tensor gate;
