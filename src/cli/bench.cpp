@@ -156,6 +156,8 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
   if (!model.ok()) return fail(err, str_cat(model_dir, ": ", model.status().message()));
   model = model_on(std::move(model).value(), device.value());
   if (!model.ok()) return fail(err, model.status().message());
+  model.value()->set_linear_backends(
+      model::parse_linear_attn_backends(options.linear_attn).value());
   const model::ModelConfig& config = model.value()->config();
   const std::string device_text = device_name(device.value());
   const std::optional<std::string> commit = source_commit();
@@ -269,7 +271,7 @@ Status validate(const BenchOptions& o) {
   if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
       std::end(kDeviceNames))
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");
-  return ok_status();
+  return model::parse_linear_attn_backends(o.linear_attn).status();
 }
 
 int run_bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {

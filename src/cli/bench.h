@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/linear_backends.h"
 
 namespace hyla::cli {
 
@@ -32,6 +33,9 @@ struct BenchOptions {
   /// Also run every case with the time split by layer kind (model/layer_times.h; synchronised at
   /// each layer, so slower): a second table of ms per step, and "layer_ms_per_step" in the JSON.
   bool profile = false;
+  /// --linear-attn-*-backend: which implementation runs each linear-attention phase
+  /// (model/linear_backends.h); all unset: auto.
+  model::LinearAttnBackendFlags linear_attn;
 };
 
 /// Checks every option's range; the message names the option, its value and the range.

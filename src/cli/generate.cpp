@@ -210,6 +210,8 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
     std::fprintf(err, "hyla generate: warning: %s\n", warning.c_str());
   model = model_on(std::move(model).value(), device);
   if (!model.ok()) return fail(err, model.status().message());
+  model.value()->set_linear_backends(
+      model::parse_linear_attn_backends(options.linear_attn).value());
   const runtime::SamplingParams params = sampling(options, /*text_mode=*/false);
   std::vector<int64_t> prompt_tokens;
   for (const std::vector<int32_t>& p : prompts) prompt_tokens.push_back(int64_t(p.size()));
@@ -336,6 +338,8 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, Devic
   if (!model.ok()) return fail_after_progress(err, model.status().message());
   model = model_on(std::move(model).value(), device);
   if (!model.ok()) return fail_after_progress(err, model.status().message());
+  model.value()->set_linear_backends(
+      model::parse_linear_attn_backends(options.linear_attn).value());
   const model::ModelConfig& config = model.value()->config();
   std::fprintf(err, " (%s, %lld layers) on %s", config.model_type.c_str(),
                static_cast<long long>(config.num_layers), device_name(device).c_str());
@@ -457,7 +461,7 @@ Status validate(const GenerateOptions& o) {
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
     return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
-  return ok_status();
+  return model::parse_linear_attn_backends(o.linear_attn).status();
 }
 
 namespace {

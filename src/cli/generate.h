@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/linear_backends.h"
 
 namespace hyla::cli {
 
@@ -42,6 +43,9 @@ struct GenerateOptions {
   bool ignore_eos = false;          ///< text mode: keep going past the end-of-text token
   bool allow_long_context = false;  ///< run prompts longer than max_position_embeddings
   std::string device = "auto";      ///< cpu | cuda | auto (CUDA when a device is visible)
+  /// --linear-attn-*-backend: which implementation runs each linear-attention phase
+  /// (model/linear_backends.h); all unset: auto.
+  model::LinearAttnBackendFlags linear_attn;
 };
 
 /// Checks every numeric option's range; the message names the option, its value and the range.

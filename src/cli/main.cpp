@@ -18,6 +18,26 @@
 #include "cli/tokenize.h"
 #endif
 
+namespace {
+
+/// The linear-attention backend flags of generate and bench (model/linear_backends.h). Their
+/// values are checked by the subcommand (exit 2 with the accepted names).
+void add_linear_attn_flags(CLI::App* app, hyla::model::LinearAttnBackendFlags& flags) {
+  app->add_option("--linear-attn-backend", flags.backend,
+                  "linear attention, every phase the name fits: auto (all), fused or ops "
+                  "(decode), chunk or recurrent (prefill); the per-phase flags override it");
+  app->add_option("--linear-attn-decode-backend", flags.decode,
+                  "linear-attention decode: auto (default), fused (one kernel) or ops (separate "
+                  "kernels)");
+  app->add_option("--linear-attn-prefill-backend", flags.prefill,
+                  "linear-attention prefill: auto (default: by device and length), chunk or "
+                  "recurrent");
+  app->add_option("--linear-attn-verify-backend", flags.verify,
+                  "linear-attention speculative verify: auto, fused or ops (default: as decode)");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   hyla::choose_blas_kernels(argv);  // may re-execute with OPENBLAS_CORETYPE set (cpu_features.h)
   CLI::App app{"Hyla: inference engine for hybrid linear-attention LLMs"};
@@ -85,6 +105,7 @@ int main(int argc, char** argv) {
   gen->add_option("--threads", threads,
                   "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
       ->check(CLI::Range(1, 1024));
+  add_linear_attn_flags(gen, generate.linear_attn);
   bool verbose = false;
   gen->add_flag("--verbose", verbose,
                 "print the CPU's vector units, the threads and the GEMM kernels to stderr first");
@@ -121,6 +142,7 @@ int main(int argc, char** argv) {
   bn->add_flag("--profile", bench.profile,
                "then run each case again with its time split by layer kind (ms per step; each "
                "layer waits for the device)");
+  add_linear_attn_flags(bn, bench.linear_attn);
   int bench_threads = 0;
   bn->add_option("--threads", bench_threads,
                  "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")

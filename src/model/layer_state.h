@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/linear_backends.h"
 
 namespace hyla::model {
 
@@ -24,6 +25,8 @@ struct LinearMemory {
   TensorView slots;       ///< [B] i32 on the pools' device: each sequence's slot
   TensorView cu_seqlens;  ///< [B+1] i32 on the pools' device: sequence b is [cu[b], cu[b+1])
   bool decode = false;    ///< every sequence has exactly one new token (decode kernels)
+  /// which implementation runs each phase (decode, prefill) of the GDN / KDA layers
+  LinearAttnBackends backends;
 };
 
 /// Everything one sequence carries between forward calls (on the model's device).

@@ -322,7 +322,8 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                                 .ssm_pool = memory.ssm_state[size_t(i)],
                                 .slots = indices.slots,
                                 .cu_seqlens = indices.cu_seqlens,
-                                .decode = batch.is_decode()};
+                                .decode = batch.is_decode(),
+                                .backends = linear_backends_};
       HYLA_RETURN_IF_ERROR(kind == MixerKind::kGatedDeltaNet
                                ? gdn_forward(layer.gdn, c, normed, linear, branch)
                                : kda_forward(layer.kda, c, normed, linear, branch));

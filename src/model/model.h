@@ -20,6 +20,7 @@
 #include "model/layers/kda.h"
 #include "model/layers/mla.h"
 #include "model/layers/mlp.h"
+#include "model/linear_backends.h"
 
 namespace hyla::model {
 
@@ -73,6 +74,12 @@ class Model {
   /// build or machine.
   Result<std::unique_ptr<Model>> to(Device device) const;
 
+  /// Which implementation runs each phase of the linear-attention layers (linear_backends.h;
+  /// default: auto everywhere). Model::to copies it. A choice that cannot serve a layer's shapes
+  /// fails the forward call that needs it.
+  void set_linear_backends(const LinearAttnBackends& backends) { linear_backends_ = backends; }
+  const LinearAttnBackends& linear_backends() const { return linear_backends_; }
+
   /// Fresh per-sequence memory for up to `capacity` tokens, on the model's device.
   SequenceState new_sequence(int64_t capacity) const;
 
@@ -97,6 +104,7 @@ class Model {
   Tensor final_norm_;     ///< [hidden]
   Tensor lm_head_;        ///< [vocab, hidden] (the embedding when tied)
   Tensor output_res_cw_;  ///< [hidden] (Attention Residuals only)
+  LinearAttnBackends linear_backends_;
 };
 
 /// Greedy decoding: prefill `prompt`, then `n` tokens each fed back one at a time.

@@ -72,8 +72,10 @@ Status gdn_forward(const GdnWeights& w, const ModelConfig& config, const TensorV
   const Device device = x.device();
   Tensor proj = Tensor::empty({T, l.total()}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::linear({.x = x, .weight = w.in_proj, .bias = {}, .y = proj}));
-  if (use_fused_decode(config, memory, x, {&w.conv, &w.A_log, &w.dt_bias, &w.norm}))
-    return gdn_fused_decode(w, config, l, proj, memory, out);
+  HYLA_ASSIGN_OR_RETURN(
+      const bool fused,
+      use_fused_decode(config, memory, x, {&w.conv, &w.A_log, &w.dt_bias, &w.norm}));
+  if (fused) return gdn_fused_decode(w, config, l, proj, memory, out);
 
   // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv
   Tensor mixed = Tensor::empty({T, l.conv_dim()}, DType::kF32, device);

@@ -67,7 +67,10 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
   }
 
   Tensor o = Tensor::empty({T, l.H, l.d}, DType::kF32, device);
-  if (use_fused_decode(config, memory, x, {&w.conv, &w.A_log, &w.dt_bias, &w.o_norm})) {
+  HYLA_ASSIGN_OR_RETURN(
+      const bool fused,
+      use_fused_decode(config, memory, x, {&w.conv, &w.A_log, &w.dt_bias, &w.o_norm}));
+  if (fused) {
     // conv, gates, l2norm, delta rule and the gated norm in one call. The decode entry takes
     // contiguous qkv / b / gate rows and these are column ranges: copied until the entry takes
     // row strides (issue 21 plan step 11; then pass the views).

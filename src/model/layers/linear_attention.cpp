@@ -7,14 +7,41 @@
 
 namespace hyla::model {
 
-bool use_fused_decode(const ModelConfig& config, const LinearMemory& memory, const TensorView& x,
-                      std::initializer_list<const Tensor*> f32_weights) {
+namespace {
+
+/// Why the fused decode kernel cannot take this layer's shapes on `device`; empty when it can.
+std::string fused_decode_limit(const ModelConfig& config, Device device,
+                               std::initializer_list<const Tensor*> f32_weights) {
   const LinearAttentionConfig& l = config.linear;
-  if (!memory.decode || !x.device().is_cuda()) return false;
-  if (l.head_k_dim != l.head_v_dim || (l.head_k_dim != 64 && l.head_k_dim != 128)) return false;
-  if (l.conv_kernel < 2 || l.conv_kernel > 4) return false;
+  if (l.conv_kernel < 2 || l.conv_kernel > 4)
+    return str_cat("a conv of ", l.conv_kernel, " taps (the kernel takes 2 to 4)");
   for (const Tensor* w : f32_weights)
-    if (w->dtype() != DType::kF32) return false;
+    if (w->dtype() != DType::kF32)
+      return str_cat("a ", dtype_name(w->dtype()),
+                     " conv / A_log / dt_bias / norm weight (the kernel takes f32)");
+  if (device.is_cuda() &&
+      (l.head_k_dim != l.head_v_dim || (l.head_k_dim != 64 && l.head_k_dim != 128)))
+    return str_cat("d_k = ", l.head_k_dim, ", d_v = ", l.head_v_dim,
+                   " on CUDA (the CUDA kernel takes d_k = d_v in {64, 128})");
+  return {};
+}
+
+}  // namespace
+
+Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& memory,
+                              const TensorView& x,
+                              std::initializer_list<const Tensor*> f32_weights) {
+  if (!memory.decode) return false;
+  switch (memory.backends.decode) {
+    case LinearDecodeBackend::kOps: return false;
+    case LinearDecodeBackend::kAuto:
+      return x.device().is_cuda() && fused_decode_limit(config, x.device(), f32_weights).empty();
+    case LinearDecodeBackend::kFused: break;
+  }
+  if (const std::string why = fused_decode_limit(config, x.device(), f32_weights); !why.empty())
+    return unsupported("linear attention decode backend 'fused' cannot run this layer on ",
+                       device_name(x.device()), ": ", why,
+                       "; use --linear-attn-decode-backend ops or auto");
   return true;
 }
 
@@ -69,14 +96,19 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
   p.final_slots = memory.slots;
   p.use_qk_l2norm = true;
   p.o = o;
-  if (memory.decode) return kernels::gated_delta_rule_recurrent(p);
+  const LinearPrefillBackend prefill = memory.backends.prefill;
+  if (memory.decode || prefill == LinearPrefillBackend::kRecurrent)
+    return kernels::gated_delta_rule_recurrent(p);
+  const bool chunk =
+      prefill == LinearPrefillBackend::kChunk || kernels::gated_delta_rule_extend_uses_chunk(p);
   // The CUDA chunk body keeps its per-chunk scratch in a workspace (none on the CPU: 0 bytes).
   Tensor workspace;
   const int64_t workspace_bytes = kernels::gated_delta_rule_chunk_workspace_bytes(p);
-  if (workspace_bytes > 0 && kernels::gated_delta_rule_extend_uses_chunk(p)) {
+  if (workspace_bytes > 0 && chunk) {
     workspace = Tensor::empty({(workspace_bytes + 3) / 4}, DType::kF32, q.device());
     p.workspace = workspace;
   }
+  if (prefill == LinearPrefillBackend::kChunk) return kernels::gated_delta_rule_chunk(p);
   return kernels::gated_delta_rule_extend(p);
 }
 

@@ -11,13 +11,17 @@
 
 namespace hyla::model {
 
-/// True when a decode step of this layer runs the fused CUDA decode kernel
-/// (kernels/gated_delta_rule_decode.h: conv, gates, l2norm, rule and gated norm in one call): the
-/// step is on CUDA, every sequence has one new token, and the kernel takes the shapes (d_k = d_v
-/// in {64, 128}, a conv of 2 to 4 taps, f32 conv weight / A_log / dt_bias / norm weight). Other
-/// decode steps run the separate ops.
-bool use_fused_decode(const ModelConfig& config, const LinearMemory& memory, const TensorView& x,
-                      std::initializer_list<const Tensor*> f32_weights);
+/// True when this step of the layer runs the fused decode kernel
+/// (kernels/gated_delta_rule_decode.h: conv, gates, l2norm, rule and gated norm in one call)
+/// instead of the separate ops; only decode steps (one new token per sequence) can. By
+/// memory.backends.decode: `ops` never; `auto` when the step is on CUDA and the CUDA kernel takes
+/// the shapes (d_k = d_v in {64, 128}, a conv of 2 to 4 taps, f32 conv weight / A_log / dt_bias /
+/// norm weight); `fused` always, and an error naming the reason where the kernel cannot take the
+/// shapes on this device (the CPU body: a conv of 2 to 4 taps and those f32 weights; CUDA: also
+/// the head sizes).
+Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& memory,
+                              const TensorView& x,
+                              std::initializer_list<const Tensor*> f32_weights);
 
 /// A contiguous copy of `view` (same dtype, same device) through kernels::copy.
 Result<Tensor> contiguous_copy(const TensorView& view);
@@ -31,7 +35,9 @@ Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                        const LinearMemory& memory, const TensorView& mixed);
 
 /// o = gated_delta_rule(q, k, v, g, beta) from and back to each sequence's slot (q/k l2norm in
-/// the kernel, scale d_k^-1/2). g: [T, HV] (GDN) or [T, HV, d_k] (KDA).
+/// the kernel, scale d_k^-1/2). g: [T, HV] (GDN) or [T, HV, d_k] (KDA). Decode steps run the
+/// recurrent rule; prefill steps the algorithm memory.backends.prefill names (auto:
+/// gated_delta_rule_extend's choice).
 Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& g, const TensorView& beta, const LinearMemory& memory,
                   const TensorView& o);
