@@ -32,14 +32,15 @@ GdnLayout layout_of(const ModelConfig& c) {
 Status gdn_fused_decode(const GdnWeights& w, const ModelConfig& config, const GdnLayout& l,
                         const Tensor& proj, const LinearMemory& memory, const TensorView& out) {
   const int64_t T = proj.size(0);
-  // The decode entry takes contiguous qkv / a / b / gate rows and these are column ranges of
-  // proj: copied until the entry takes row strides (issue 21 plan step 11; then pass the views).
+  // qkv / a / b / gate are column ranges of proj, read in place where their rows are aligned.
   const TensorView all = proj.view();
-  HYLA_ASSIGN_OR_RETURN(Tensor qkv, contiguous_copy(all.narrow(1, 0, l.conv_dim())));
-  HYLA_ASSIGN_OR_RETURN(Tensor a, contiguous_copy(all.narrow(1, l.a(), l.HV)));
-  HYLA_ASSIGN_OR_RETURN(Tensor b, contiguous_copy(all.narrow(1, l.b(), l.HV)));
+  Tensor held[4];
+  HYLA_ASSIGN_OR_RETURN(const TensorView qkv, decode_rows(all.narrow(1, 0, l.conv_dim()), held[0]));
+  HYLA_ASSIGN_OR_RETURN(const TensorView a, decode_rows(all.narrow(1, l.a(), l.HV), held[1]));
+  HYLA_ASSIGN_OR_RETURN(const TensorView b, decode_rows(all.narrow(1, l.b(), l.HV), held[2]));
   HYLA_ASSIGN_OR_RETURN(
-      Tensor z, contiguous_copy(all.narrow(1, l.z(), l.value()).unflatten_last(l.HV, l.d_v)));
+      const TensorView z,
+      decode_rows(all.narrow(1, l.z(), l.value()).unflatten_last(l.HV, l.d_v), held[3]));
   Tensor o = Tensor::empty({T, l.HV, l.d_v}, DType::kF32, proj.device());
   kernels::GatedDeltaRuleDecodeParams p;
   p.qkv = qkv;

@@ -71,12 +71,15 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
       const bool fused,
       use_fused_decode(config, memory, x, {&w.conv, &w.A_log, &w.dt_bias, &w.o_norm}));
   if (fused) {
-    // conv, gates, l2norm, delta rule and the gated norm in one call. The decode entry takes
-    // contiguous qkv / b / gate rows and these are column ranges: copied until the entry takes
-    // row strides (issue 21 plan step 11; then pass the views).
-    HYLA_ASSIGN_OR_RETURN(Tensor qkv, contiguous_copy(proj.view().narrow(1, 0, l.conv_dim())));
-    HYLA_ASSIGN_OR_RETURN(Tensor b, contiguous_copy(fa_b.view().narrow(1, l.b(), l.H)));
-    HYLA_ASSIGN_OR_RETURN(Tensor norm_gate, contiguous_copy(gate.unflatten_last(l.H, l.d)));
+    // conv, gates, l2norm, delta rule and the gated norm in one call; qkv / b / gate are column
+    // ranges, read in place where their rows are aligned.
+    Tensor held[3];
+    HYLA_ASSIGN_OR_RETURN(const TensorView qkv,
+                          decode_rows(proj.view().narrow(1, 0, l.conv_dim()), held[0]));
+    HYLA_ASSIGN_OR_RETURN(const TensorView b,
+                          decode_rows(fa_b.view().narrow(1, l.b(), l.H), held[1]));
+    HYLA_ASSIGN_OR_RETURN(const TensorView norm_gate,
+                          decode_rows(gate.unflatten_last(l.H, l.d), held[2]));
     kernels::GatedDeltaRuleDecodeParams p;
     p.qkv = qkv;
     p.conv_weight = w.conv;

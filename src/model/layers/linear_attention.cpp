@@ -1,6 +1,8 @@
 // Short conv and delta rule shared by the GDN and KDA layers (see linear_attention.h).
 #include "model/layers/linear_attention.h"
 
+#include <cstdint>
+
 #include "kernels/causal_conv1d.h"
 #include "kernels/copy.h"
 #include "kernels/gated_delta_rule.h"
@@ -45,10 +47,20 @@ Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& mem
   return true;
 }
 
-Result<Tensor> contiguous_copy(const TensorView& view) {
-  Tensor t = Tensor::empty(view.ndim(), view.shape(), view.dtype(), view.device());
-  HYLA_RETURN_IF_ERROR(kernels::copy({.x = view, .y = t}));
-  return t;
+Result<TensorView> decode_rows(const TensorView& view, Tensor& storage) {
+  bool row_contiguous = true;
+  int64_t row = 1;
+  for (int d = view.ndim() - 1; d >= 1; --d) {
+    row_contiguous = row_contiguous && (view.size(d) == 1 || view.stride(d) == row);
+    row *= view.size(d);
+  }
+  const int64_t element = dtype_size(view.dtype());
+  if (row_contiguous && reinterpret_cast<uintptr_t>(view.raw()) % 16 == 0 &&
+      view.stride(0) * element % 16 == 0 && view.stride(0) >= row)
+    return view;
+  storage = Tensor::empty(view.ndim(), view.shape(), view.dtype(), view.device());
+  HYLA_RETURN_IF_ERROR(kernels::copy({.x = view, .y = storage}));
+  return storage.view();
 }
 
 LayerState linear_new_state(const ModelConfig& config) {

@@ -23,8 +23,10 @@ Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& mem
                               const TensorView& x,
                               std::initializer_list<const Tensor*> f32_weights);
 
-/// A contiguous copy of `view` (same dtype, same device) through kernels::copy.
-Result<Tensor> contiguous_copy(const TensorView& view);
+/// `view` (a column range of a fused projection) as the fused decode entry reads it: the view
+/// itself when it is contiguous within a row and its rows start 16-byte aligned (the entry's
+/// row-strided form), else a contiguous copy held in `storage`.
+Result<TensorView> decode_rows(const TensorView& view, Tensor& storage);
 
 /// Fresh state of a GDN or KDA layer: conv [1, conv_dim, K-1] and SSM [1, HV, d_v, d_k], zeros.
 LayerState linear_new_state(const ModelConfig& config);
