@@ -1,6 +1,6 @@
 // Engine (see engine.h): FCFS continuous batching with C-aligned chunked prefill over the state
-// slot and KV page pools on the host or a CUDA device; one model::Batch per step, its logits
-// sampled on the host with each request's Sampler.
+// slot and KV page pools on the host or a CUDA device; one model::Batch per step; greedy tokens
+// picked on the logits' device, sampled ones on the host with each request's Sampler.
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/device_memory.h"
+#include "kernels/argmax.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "runtime/memory/host_memory.h"
 
@@ -311,21 +312,48 @@ std::vector<Engine::Scheduled> Engine::schedule() {
 
 namespace {
 
-/// "" when every logit is finite, else the first bad value and how many there are
-/// ("NaN at token 17 (3 of 512 logits not finite)").
-std::string non_finite(const float* row, int64_t V) {
-  int64_t count = 0, first = -1;
-  for (int64_t v = 0; v < V; ++v)
-    if (!std::isfinite(row[v])) {
-      if (first < 0) first = v;
-      ++count;
-    }
-  if (count == 0) return {};
-  const float value = row[first];
+/// How the logits of a non-finite row are named in the request's error: the lowest bad column's
+/// value and the row's count ("NaN at token 17 (3 of 512 logits not finite)").
+std::string non_finite(float value, int64_t first, int64_t count, int64_t V) {
   return str_cat(std::isnan(value) ? "NaN"
                  : value > 0       ? "+inf"
                                    : "-inf",
                  " at token ", first, " (", count, " of ", V, " logits not finite)");
+}
+
+/// Per row of a step's logits, on their device: the greedy token and the finiteness census
+/// (kernels/argmax.h), brought to the host as one [3, B] copy; the full rows come to the host
+/// only when some request samples (temperature > 0).
+struct StepPicks {
+  Tensor summary;      // [3, B] i32 on the host: ids, non-finite counts, lowest bad column
+  Tensor host_logits;  // [B, V] on the host, or undefined when every request is greedy
+  const int32_t* ids() const { return summary.host<int32_t>(); }
+  const int32_t* bad() const { return summary.host<int32_t>() + summary.size(1); }
+  const int32_t* first_bad() const { return summary.host<int32_t>() + 2 * summary.size(1); }
+};
+
+Result<StepPicks> pick(const Tensor& logits, bool any_sampled) {
+  const int64_t B = logits.size(0);
+  const Device device = logits.device();
+  Tensor summary = Tensor::empty({3, B}, DType::kI32, device);
+  const TensorView rows = summary.view();
+  HYLA_RETURN_IF_ERROR(kernels::argmax({.logits = logits,
+                                        .ids = rows.select(0),
+                                        .non_finite = rows.select(1),
+                                        .first_bad = rows.select(2)}));
+  StepPicks picks;
+  picks.summary = device.is_cpu() ? summary : summary.to(Device::cpu());
+  if (any_sampled) picks.host_logits = device.is_cpu() ? logits : logits.to(Device::cpu());
+  return picks;
+}
+
+/// logits[b, v] brought to the host (one float; for error messages).
+float logit_at(const Tensor& logits, int64_t b, int64_t v) {
+  float value = 0.0f;
+  device_copy(&value, Device::cpu(),
+              static_cast<const float*>(logits.view().raw()) + b * logits.view().stride(0) + v,
+              logits.device(), sizeof(float));
+  return value;
 }
 
 }  // namespace
@@ -369,8 +397,15 @@ std::vector<TokenEvent> Engine::step() {
       release(s.request->id, FinishReason::kError, events, logits.status().message());
     return events;
   }
-  // The checks and the sampling run on the host: one copy of the step's [B, vocab] logits.
-  const Tensor host_logits = logits->device().is_cpu() ? *logits : logits->to(Device::cpu());
+  bool any_sampled = false;
+  for (const Scheduled& s : scheduled)
+    any_sampled |= s.request->sampler.params().temperature != 0.0f;
+  Result<StepPicks> picks = pick(*logits, any_sampled);
+  if (!picks.ok()) {
+    for (const Scheduled& s : scheduled)
+      release(s.request->id, FinishReason::kError, events, picks.status().message());
+    return events;
+  }
 
   for (int64_t b = 0; b < B; ++b) {
     Request& r = *scheduled[size_t(b)].request;
@@ -379,15 +414,20 @@ std::vector<TokenEvent> Engine::step() {
     r.processed += scheduled[size_t(b)].count;
     if (!r.prompt_done()) continue;  // mid-prompt chunk: nothing to sample
 
-    const float* row = host_logits.host<float>() + b * V;
-    if (const std::string bad = non_finite(row, V); !bad.empty()) {
+    if (const int32_t bad = picks->bad()[b]; bad > 0) {
+      const int32_t first = picks->first_bad()[b];
       release(r.id, FinishReason::kError, events,
               str_cat("request ", r.id, ": the logits of step ", totals_.steps, " (its token ",
-                      r.generated.size() + 1, ", after ", r.processed, " tokens) hold ", bad,
+                      r.generated.size() + 1, ", after ", r.processed, " tokens) hold ",
+                      non_finite(logit_at(*logits, b, first), first, bad, V),
                       "; the request is ended, the others go on"));
       continue;
     }
-    const int32_t token = r.sampler.sample(std::span<const float>(row, size_t(V)));
+    // Greedy rows take the device's pick (the Sampler's own rule, kernels/argmax.h).
+    const int32_t token = r.sampler.params().temperature == 0.0f
+                              ? picks->ids()[b]
+                              : r.sampler.sample(std::span<const float>(
+                                    picks->host_logits.host<float>() + b * V, size_t(V)));
     r.generated.push_back(token);
     ++totals_.tokens_generated;
     FinishReason reason = FinishReason::kNone;
