@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 
 #include "cli/device.h"
 #include "cli/generate.h"
+#include "core/op_times.h"
 #include "model/architecture.h"
 #include "model/layer_times.h"
 #include "runtime/engine.h"
@@ -36,8 +38,9 @@ struct Case {
 struct Measured {
   int64_t tokens = 0;
   double seconds = 0;
-  int64_t steps = 0;         ///< steps counted in tokens / seconds
-  model::LayerTimes layers;  ///< with --profile: those steps' time by layer kind
+  int64_t steps = 0;                          ///< steps counted in tokens / seconds
+  model::LayerTimes layers;                   ///< with --profile: those steps' time by layer kind
+  std::map<std::string, OpTimes::Entry> ops;  ///< with --profile: those steps' time by op
   double tokens_per_s() const { return seconds > 0 ? double(tokens) / seconds : 0.0; }
 };
 
@@ -46,11 +49,63 @@ int fail(std::FILE* err, const std::string& message) {
   return 1;
 }
 
+struct ProfiledCase {
+  std::string name;
+  double step_ms = 0;  ///< the profiled step's time (every layer boundary synchronised)
+  nlohmann::json ops;  ///< op -> {ms_per_step, calls_per_step}
+};
+
+/// The ops' device time per counted step, one column per case, ops by their largest share of a
+/// step; the last rows: the ops' sum and what the step spent beyond it (host work, launch gaps,
+/// the per-layer waits of --profile).
+void print_op_table(std::FILE* out, const std::vector<ProfiledCase>& cases) {
+  std::map<std::string, double> top_share;
+  for (const ProfiledCase& c : cases)
+    for (const auto& [op, e] : c.ops.items())
+      top_share[op] = std::max(top_share[op], e["ms_per_step"].get<double>() / c.step_ms);
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [op, share] : top_share) order.push_back({-share, op});
+  std::sort(order.begin(), order.end());
+  std::fprintf(out,
+               "\nms per counted step by op (device time between events around each op; "
+               "calls per step in brackets)\n\n| op |");
+  for (const ProfiledCase& c : cases) std::fprintf(out, " %s |", c.name.c_str());
+  std::fprintf(out, "\n|---|");
+  for (size_t i = 0; i < cases.size(); ++i) std::fprintf(out, "---:|");
+  std::fprintf(out, "\n");
+  for (const auto& [share, op] : order) {
+    std::fprintf(out, "| %s |", op.c_str());
+    for (const ProfiledCase& c : cases) {
+      if (!c.ops.contains(op)) {
+        std::fprintf(out, " - |");
+        continue;
+      }
+      std::fprintf(out, " %.3f (%.0f) |", c.ops[op]["ms_per_step"].get<double>(),
+                   c.ops[op]["calls_per_step"].get<double>());
+    }
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out, "| sum of ops |");
+  std::vector<double> sums;
+  for (const ProfiledCase& c : cases) {
+    double sum = 0;
+    for (const auto& [op, e] : c.ops.items()) sum += e["ms_per_step"].get<double>();
+    sums.push_back(sum);
+    std::fprintf(out, " %.3f |", sum);
+  }
+  std::fprintf(out, "\n| step beyond the ops |");
+  for (size_t i = 0; i < cases.size(); ++i)
+    std::fprintf(out, " %.3f |", cases[i].step_ms - sums[i]);
+  std::fprintf(out, "\n");
+  std::fflush(out);
+}
+
 /// Runs one case on a fresh engine sized for its requests (at most 3/4 of the device's available
 /// memory, as `hyla generate` does; refused beyond it).
 Result<Measured> run_case(const model::Model& model, Device device, const Case& c,
                           bool profile = false) {
   model::LayerTimes step_layers;
+  OpTimes step_ops;
   runtime::EngineOptions options;
   if (profile) options.layer_times = &step_layers;
   options.device = device;
@@ -82,8 +137,14 @@ Result<Measured> run_case(const model::Model& model, Device device, const Case& 
     const int64_t prompt_before = engine->stats().prompt_tokens;
     const Clock::time_point start = Clock::now();
     step_layers.clear();
-    const std::vector<runtime::TokenEvent> events = engine->step();
+    step_ops.clear();
+    std::vector<runtime::TokenEvent> events;
+    {
+      const OpTimes::Activate recording(profile ? &step_ops : nullptr);
+      events = engine->step();
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    step_ops.collect();
     int64_t sampled = 0;
     for (const runtime::TokenEvent& e : events) {
       if (e.reason == runtime::FinishReason::kError) return internal_error(e.error);
@@ -96,6 +157,10 @@ Result<Measured> run_case(const model::Model& model, Device device, const Case& 
       m.seconds += seconds;
       m.steps += 1;
       m.layers.add(step_layers);
+      for (const auto& [op, e] : step_ops.entries()) {
+        m.ops[op].seconds += e.seconds;
+        m.ops[op].calls += e.calls;
+      }
     }
   }
   return m;
@@ -206,6 +271,7 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
     std::fprintf(out,
                  "\nms per counted step by layer kind (--profile: every layer waits for the "
                  "device, so steps run slower than above)\n\n| case | steps |");
+    std::vector<ProfiledCase> profiled;
     constexpr int kParts = int(model::LayerPart::kCount);
     for (int p = 0; p < kParts; ++p)
       std::fprintf(out, " %s |", model::layer_part_name(model::LayerPart(p)));
@@ -230,9 +296,18 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
       }
       std::fprintf(out, " %.3f |\n", m->layers.total_seconds() * per_step);
       std::fflush(out);
+      nlohmann::json ops = nlohmann::json::object();
+      for (const auto& [op, e] : m->ops)
+        ops[op] = {{"ms_per_step", e.seconds * per_step},
+                   {"calls_per_step", double(e.calls) / double(m->steps)}};
       for (nlohmann::json& row : results)
-        if (row["name"] == c.name) row["layer_ms_per_step"] = parts;
+        if (row["name"] == c.name) {
+          row["layer_ms_per_step"] = parts;
+          row["op_ms_per_step"] = ops;
+        }
+      profiled.push_back({c.name, m->layers.total_seconds() * per_step, std::move(ops)});
     }
+    print_op_table(out, profiled);
   }
 
   if (!options.json_path.empty()) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -44,6 +45,7 @@ Status check_elementwise(std::string_view op, const TensorView& x, const TensorV
 Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_elementwise("l2norm", x, y));
   HYLA_RETURN_IF_ERROR(check_positive_finite("l2norm", "eps", eps, "keeps zero rows finite"));
+  const OpScope scope("l2norm", x.device(), stream);
   if (x.device().is_cpu()) {
     cpu::l2norm(x, y, eps);
     return ok_status();
@@ -62,6 +64,7 @@ Status activation(Activation act, const TensorView& x, const TensorView& y, Stre
                             ", expected kSigmoid, kSoftplus or kSilu");
   const std::string op = activation_op_name(act);
   HYLA_RETURN_IF_ERROR(check_elementwise(op, x, y));
+  const OpScope scope("activation", x.device(), stream);
   if (x.device().is_cpu()) {
     cpu::activation(act, x, y);
     return ok_status();

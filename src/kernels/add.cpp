@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -35,6 +36,7 @@ Status check_add(const AddParams& p) {
 
 Status add(const AddParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_add(p));
+  const OpScope scope("add", p.y.device(), stream);
   if (p.y.device().is_cpu()) {
     cpu::add(p);
     return ok_status();

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -33,6 +34,7 @@ Status check_argmax(const ArgmaxParams& p) {
 
 Status argmax(const ArgmaxParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_argmax(p));
+  const OpScope scope("argmax", p.logits.device(), stream);
   if (p.logits.device().is_cpu()) {
     cpu::argmax(p);
     return ok_status();

@@ -3,6 +3,7 @@
 #include "kernels/attn_res.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -57,6 +58,7 @@ Status check_attn_res_mix(const AttnResMixParams& p) {
 
 Status attn_res_mix(const AttnResMixParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_attn_res_mix(p));
+  const OpScope scope("attn_res_mix", p.partial.device(), stream);
   if (p.partial.device().is_cpu()) {
     cpu::attn_res_mix(p);
     return ok_status();

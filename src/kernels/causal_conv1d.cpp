@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -79,6 +80,7 @@ Status check_causal_conv1d_update(const CausalConv1dUpdateParams& p) {
 
 Status causal_conv1d(const CausalConv1dParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_causal_conv1d(p));
+  const OpScope scope("causal_conv1d", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::causal_conv1d(p);
     return ok_status();
@@ -93,6 +95,7 @@ Status causal_conv1d(const CausalConv1dParams& p, Stream stream) {
 
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_causal_conv1d_update(p));
+  const OpScope scope("causal_conv1d_update", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::causal_conv1d_update(p);
     return ok_status();

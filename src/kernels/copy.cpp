@@ -2,6 +2,7 @@
 #include "kernels/copy.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -35,6 +36,7 @@ Status check_copy(const CopyParams& p) {
 
 Status copy(const CopyParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_copy(p));
+  const OpScope scope("copy", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::copy(p);
     return ok_status();

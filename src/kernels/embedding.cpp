@@ -2,6 +2,7 @@
 #include "kernels/embedding.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -36,6 +37,7 @@ Status check_embedding(const EmbeddingParams& p) {
 
 Status embedding(const EmbeddingParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_embedding(p));
+  const OpScope scope("embedding", p.table.device(), stream);
   if (p.table.device().is_cpu()) {
     cpu::embedding(p);
     return ok_status();

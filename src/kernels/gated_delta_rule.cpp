@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -104,6 +105,7 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
 
 Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/false));
+  const OpScope scope("gated_delta_rule_recurrent", p.q.device(), stream);
   if (p.q.device().is_cpu()) {
     cpu::gated_delta_rule_recurrent(p);
     return ok_status();
@@ -158,6 +160,7 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   constexpr std::string_view op = "gated_delta_rule_chunk";
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
+  const OpScope scope("gated_delta_rule_chunk", p.q.device(), stream);
   if (p.q.device().is_cpu()) {
     cpu::gated_delta_rule_chunk(p);
     return ok_status();

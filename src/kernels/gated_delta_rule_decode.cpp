@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -241,6 +242,7 @@ Status check_gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p) {
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule_decode(p));
+  const OpScope scope("gated_delta_rule_decode", p.qkv.device(), stream);
   if (p.qkv.device().is_cpu()) {
     cpu::gated_delta_rule_decode(p);
     return ok_status();
@@ -255,6 +257,7 @@ Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream strea
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule_commit(p));
+  const OpScope scope("gated_delta_rule_commit", p.qkv.device(), stream);
   if (p.qkv.device().is_cpu()) {
     cpu::gated_delta_rule_commit(p);
     return ok_status();

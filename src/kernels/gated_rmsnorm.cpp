@@ -2,6 +2,7 @@
 #include "kernels/gated_rmsnorm.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -32,6 +33,7 @@ Status check_gated_rmsnorm(const GatedRmsNormParams& p) {
 
 Status gated_rmsnorm(const GatedRmsNormParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_rmsnorm(p));
+  const OpScope scope("gated_rmsnorm", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::gated_rmsnorm(p);
     return ok_status();

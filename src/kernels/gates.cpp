@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -80,6 +81,7 @@ Status check_kda_gate(const KdaGateParams& p) {
 
 Status gdn_gate(const GdnGateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gdn_gate(p));
+  const OpScope scope("gdn_gate", p.a.device(), stream);
   if (p.a.device().is_cpu()) {
     cpu::gdn_gate(p);
     return ok_status();
@@ -94,6 +96,7 @@ Status gdn_gate(const GdnGateParams& p, Stream stream) {
 
 Status kda_gate(const KdaGateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kda_gate(p));
+  const OpScope scope("kda_gate", p.f.device(), stream);
   if (p.f.device().is_cpu()) {
     cpu::kda_gate(p);
     return ok_status();

@@ -2,6 +2,7 @@
 #include "kernels/gather_rows.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -38,6 +39,7 @@ Status check_gather_rows(const GatherRowsParams& p) {
 
 Status gather_rows(const GatherRowsParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gather_rows(p));
+  const OpScope scope("gather_rows", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::gather_rows(p);
     return ok_status();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -145,6 +146,7 @@ Status check_page_index(std::string_view op, const PageIndex& index, int64_t T, 
 
 Status kv_page_write(const KvPageWriteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kv_page_write(p));
+  const OpScope scope("kv_page_write", p.k.device(), stream);
   if (p.k.device().is_cpu()) {
     cpu::kv_page_write(p);
     return ok_status();
@@ -159,6 +161,7 @@ Status kv_page_write(const KvPageWriteParams& p, Stream stream) {
 
 Status kv_page_gather(const KvPageGatherParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kv_page_gather(p));
+  const OpScope scope("kv_page_gather", p.pages.device(), stream);
   if (p.pages.device().is_cpu()) {
     cpu::kv_page_gather(p);
     return ok_status();

@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -83,6 +84,7 @@ Status check_linear(const LinearParams& p) {
 
 Status linear(const LinearParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_linear(p));
+  const OpScope scope("linear", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::linear(p);
     return ok_status();

@@ -3,6 +3,7 @@
 #include "kernels/moe_align.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -72,6 +73,7 @@ Status check_moe_permute(const MoePermuteParams& p) {
 
 Status moe_align(const MoeAlignParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_align(p));
+  const OpScope scope("moe_align", p.topk_ids.device(), stream);
   if (p.topk_ids.device().is_cpu()) {
     cpu::moe_align(p);
     return ok_status();
@@ -86,6 +88,7 @@ Status moe_align(const MoeAlignParams& p, Stream stream) {
 
 Status moe_permute(const MoePermuteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_permute(p));
+  const OpScope scope("moe_permute", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::moe_permute(p);
     return ok_status();

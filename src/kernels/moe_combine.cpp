@@ -2,6 +2,7 @@
 #include "kernels/moe_combine.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -56,6 +57,7 @@ Status check_moe_combine(const MoeCombineParams& p) {
 
 Status moe_combine(const MoeCombineParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_combine(p));
+  const OpScope scope("moe_combine", p.out.device(), stream);
   if (p.out.device().is_cpu()) {
     cpu::moe_combine(p);
     return ok_status();

@@ -2,6 +2,7 @@
 #include "kernels/moe_route.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -55,6 +56,7 @@ Status check_moe_route(const MoeRouteParams& p) {
 
 Status moe_route(const MoeRouteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_route(p));
+  const OpScope scope("moe_route", p.logits.device(), stream);
   if (p.logits.device().is_cpu()) {
     cpu::moe_route(p);
     return ok_status();

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -75,6 +76,7 @@ Status check_paged_attention(const PagedAttentionParams& p) {
 
 Status paged_attention(const PagedAttentionParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_paged_attention(p));
+  const OpScope scope("paged_attention", p.q.device(), stream);
   if (p.q.device().is_cpu()) {
     cpu::paged_attention(p);
     return ok_status();

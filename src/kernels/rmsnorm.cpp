@@ -2,6 +2,7 @@
 #include "kernels/rmsnorm.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -61,6 +62,7 @@ Status check_rmsnorm(const RmsNormParams& p) {
 
 Status rmsnorm(const RmsNormParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_rmsnorm(p));
+  const OpScope scope("rmsnorm", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::rmsnorm(p);
     return ok_status();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -40,6 +41,7 @@ Status check_rope(const RopeParams& p) {
 
 Status rope(const RopeParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_rope(p));
+  const OpScope scope("rope", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::rope(p);
     return ok_status();

@@ -2,6 +2,7 @@
 #include "kernels/situ_glu.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 #include "kernels/swiglu.h"  // check_glu_layout
 
 namespace hyla::kernels {
@@ -20,6 +21,7 @@ Status check_situ_and_mul(const SituAndMulParams& p) {
 
 Status situ_and_mul(const SituAndMulParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_situ_and_mul(p));
+  const OpScope scope("situ_and_mul", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::situ_and_mul(p);
     return ok_status();

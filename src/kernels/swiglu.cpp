@@ -2,6 +2,7 @@
 #include "kernels/swiglu.h"
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -28,6 +29,7 @@ Status check_glu_layout(std::string_view op, const TensorView& x, const TensorVi
 
 Status silu_and_mul(const SiluAndMulParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_glu_layout("silu_and_mul", p.x, p.y));
+  const OpScope scope("silu_and_mul", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::silu_and_mul(p);
     return ok_status();
