@@ -73,7 +73,7 @@ if want llama-build; then
 fi
 if want bench; then
   echo "== hyla bench"
-  timeout 400 $hyla bench --model "$ckpt" --device cuda --profile --json "$OUT/hyla_bench.json" 2>&1 | tail -30
+  timeout 400 $hyla bench --model "$ckpt" --device cuda --profile --json "$OUT/hyla_bench.json" 2>&1 | tail -80
 fi
 if want llama-bench; then
   echo "== llama.cpp"
