@@ -13,6 +13,10 @@ void* cuda_alloc(size_t bytes);
 void cuda_free(void* ptr);
 void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes);
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes);
+void cuda_copy_async(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes);
+void* cuda_pinned_alloc(size_t bytes);
+void cuda_pinned_free(void* ptr);
+void* cuda_legacy_stream();
 void cuda_synchronize();
 Result<DeviceFreeMemory> cuda_free_memory(int index);
 #else
@@ -25,6 +29,10 @@ static void* cuda_alloc(size_t) { no_cuda(); }
 static void cuda_free(void*) { no_cuda(); }
 static void cuda_copy(void*, bool, const void*, bool, size_t) { no_cuda(); }
 static void cuda_fill_bytes(void*, uint8_t, size_t) { no_cuda(); }
+static void cuda_copy_async(void*, bool, const void*, bool, size_t) { no_cuda(); }
+static void* cuda_pinned_alloc(size_t bytes) { return std::malloc(bytes == 0 ? 1 : bytes); }
+static void cuda_pinned_free(void* ptr) { std::free(ptr); }
+static void* cuda_legacy_stream() { return nullptr; }
 static void cuda_synchronize() { no_cuda(); }
 #endif
 
@@ -40,6 +48,30 @@ Result<DeviceFreeMemory> device_free_memory(Device device) {
   return unsupported(
       "device_free_memory: this build has no CUDA support (configure with -DHYLA_CUDA=ON)");
 #endif
+}
+
+namespace {
+thread_local bool g_stream_set = false;
+thread_local Stream g_stream{};
+}  // namespace
+
+Stream current_stream() { return g_stream_set ? g_stream : Stream{cuda_legacy_stream()}; }
+
+CurrentStream::CurrentStream(Stream stream) : previous_(current_stream()) {
+  g_stream = stream;
+  g_stream_set = true;
+}
+
+CurrentStream::~CurrentStream() { g_stream = previous_; }
+
+void* pinned_alloc(size_t bytes) {
+  void* p = cuda_pinned_alloc(bytes);
+  HYLA_CHECK(p != nullptr, "pinned host allocation of ", bytes, " bytes failed");
+  return p;
+}
+
+void pinned_free(void* ptr) {
+  if (ptr != nullptr) cuda_pinned_free(ptr);
 }
 
 void* device_alloc(Device device, size_t bytes) {
@@ -63,6 +95,16 @@ void device_copy(void* dst, Device dst_device, const void* src, Device src_devic
     return;
   }
   cuda_copy(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
+}
+
+void device_copy_async(void* dst, Device dst_device, const void* src, Device src_device,
+                       size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  cuda_copy_async(dst, dst_device.is_cuda(), src, src_device.is_cuda(), bytes);
 }
 
 void device_fill_bytes(Device device, void* ptr, uint8_t byte, size_t bytes) {

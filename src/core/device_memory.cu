@@ -33,16 +33,39 @@ void keep_freed_memory_in_pool() {
 
 }  // namespace
 
-// Stream-ordered on the legacy default stream, which every kernel launch and device_copy of Hyla
-// is ordered with: a buffer freed here is reused only by work queued after the free.
+namespace {
+cudaStream_t current() { return static_cast<cudaStream_t>(current_stream().handle); }
+}  // namespace
+
+void* cuda_legacy_stream() { return static_cast<void*>(cudaStreamLegacy); }
+
+// Stream-ordered on the current stream (the legacy default stream, which every kernel launch and
+// device_copy of Hyla is ordered with, unless the engine is capturing a graph on its own stream,
+// which synchronises with the legacy one): a buffer freed here is reused only by work queued
+// after the free.
 void* cuda_alloc(size_t bytes) {
   keep_freed_memory_in_pool();
   void* p = nullptr;
-  HYLA_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, cudaStreamLegacy));
+  HYLA_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 256 : bytes, current()));
   return p;
 }
 
-void cuda_free(void* ptr) { HYLA_CUDA_CHECK(cudaFreeAsync(ptr, cudaStreamLegacy)); }
+void cuda_free(void* ptr) { HYLA_CUDA_CHECK(cudaFreeAsync(ptr, current())); }
+
+void* cuda_pinned_alloc(size_t bytes) {
+  void* p = nullptr;
+  HYLA_CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 1 : bytes));
+  return p;
+}
+
+void cuda_pinned_free(void* ptr) { HYLA_CUDA_CHECK(cudaFreeHost(ptr)); }
+
+void cuda_copy_async(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes) {
+  const cudaMemcpyKind kind = dst_cuda
+                                  ? (src_cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                  : (src_cuda ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  HYLA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, current()));
+}
 
 void cuda_copy(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t bytes) {
   const cudaMemcpyKind kind = dst_cuda
@@ -78,7 +101,7 @@ Result<DeviceFreeMemory> cuda_free_memory(int index) {
 void cuda_synchronize() { HYLA_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes) {
-  HYLA_CUDA_CHECK(cudaMemset(ptr, byte, bytes));
+  HYLA_CUDA_CHECK(cudaMemsetAsync(ptr, byte, bytes, current()));
 }
 
 }  // namespace hyla

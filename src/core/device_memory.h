@@ -20,10 +20,36 @@ struct DeviceFreeMemory {
 };
 Result<DeviceFreeMemory> device_free_memory(Device device);
 
+/// The CUDA stream that `Stream{}` means on this thread: the legacy default stream, unless a
+/// CurrentStream scope names another (the engine does while it captures a CUDA graph, which the
+/// legacy stream cannot be). CUDA allocations and frees, kernel launches given `Stream{}` and
+/// device_copy_async are queued on it. Its handle is never null on a CUDA build.
+Stream current_stream();
+class CurrentStream {
+ public:
+  explicit CurrentStream(Stream stream);
+  ~CurrentStream();
+  CurrentStream(const CurrentStream&) = delete;
+  CurrentStream& operator=(const CurrentStream&) = delete;
+
+ private:
+  Stream previous_;
+};
+
+/// Page-locked host memory (cudaMallocHost; plain memory in a build without CUDA): the source of
+/// asynchronous uploads and the target of asynchronous downloads.
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* ptr);
+
 void* device_alloc(Device device, size_t bytes);
 void device_free(Device device, void* ptr);
 /// Copies `bytes` between any two devices (synchronous).
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+/// The same, queued on current_stream() with no wait (CPU to CPU: a memcpy now). Host memory must
+/// be pinned and stay unchanged until the copy has run.
+void device_copy_async(void* dst, Device dst_device, const void* src, Device src_device,
+                       size_t bytes);
+/// Queued on current_stream() for a CUDA device.
 void device_fill_bytes(Device device, void* ptr, uint8_t byte, size_t bytes);
 /// Waits until the device has finished all queued work (no-op for the CPU).
 void device_synchronize(Device device);

@@ -21,6 +21,8 @@ thread_local OpTimes* g_active = nullptr;
 thread_local int g_depth = 0;  // open OpScopes on this thread
 }  // namespace
 
+bool op_times_active() { return g_active != nullptr; }
+
 OpTimes::~OpTimes() {
   for (void* e : events_) op_event_destroy(e);
 }

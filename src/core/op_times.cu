@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
+#include "core/device_memory.h"
 #include "core/tensor.h"
 
 namespace hyla {
@@ -15,8 +16,9 @@ void* op_event_create() {
 void op_event_destroy(void* event) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
 
 void op_event_record(void* event, Stream stream) {
-  HYLA_CUDA_CHECK(
-      cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream.handle)));
+  const void* handle = stream.handle ? stream.handle : current_stream().handle;
+  HYLA_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                  static_cast<cudaStream_t>(const_cast<void*>(handle))));
 }
 
 double op_event_seconds(void* start, void* stop) {

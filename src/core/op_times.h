@@ -59,6 +59,10 @@ class OpTimes {
   int used_events_ = 0;
 };
 
+/// Whether an OpTimes is active on the calling thread (the engine replays no CUDA graph then, so
+/// every op is timed).
+bool op_times_active();
+
 class OpScope {
  public:
   OpScope(const char* op, Device device, Stream stream);

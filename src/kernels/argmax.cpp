@@ -27,6 +27,11 @@ Status check_argmax(const ArgmaxParams& p) {
     HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kI32}));
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
   }
+  if (p.first_bad_value.defined()) {
+    HYLA_RETURN_IF_ERROR(check_shape(op, "first_bad_value", p.first_bad_value, {B}, "B"));
+    HYLA_RETURN_IF_ERROR(check_dtype(op, "first_bad_value", p.first_bad_value, {DType::kF32}));
+    HYLA_RETURN_IF_ERROR(check_device(op, "first_bad_value", p.first_bad_value, device));
+  }
   return ok_status();
 }
 

@@ -27,18 +27,44 @@ struct Batch {
   bool is_decode() const;
 };
 
+/// Page-locked host memory that a step's index data is packed into before its upload (optional;
+/// the engine's, on CUDA). With it the uploads are asynchronous, and a CUDA graph captured over
+/// forward_batch re-reads it at every replay, after Model::stage_step has packed the next
+/// batch into the same places: the owner resets it before every step, and every step takes its
+/// regions in the same order (the step indices, then the attention's).
+class HostStaging {
+ public:
+  explicit HostStaging(int64_t capacity);  ///< capacity in i32 elements
+  ~HostStaging();
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  void reset() { used_ = 0; }
+  /// The next `n` elements, or nullptr when they do not fit (the upload then goes the
+  /// synchronous way).
+  int32_t* take(int64_t n);
+
+ private:
+  int32_t* data_ = nullptr;
+  int64_t capacity_ = 0, used_ = 0;
+};
+
+/// `packed` on `device` (a host tensor on the CPU): through `staging` when given and it fits
+/// (asynchronous, on the current stream), else one synchronous copy. `upload` false: only packs
+/// into staging (Model::stage_step) and returns an undefined tensor.
+Tensor upload_i32(const std::vector<int32_t>& packed, Device device, HostStaging* staging,
+                  bool upload = true);
+
 /// The batch's index data for one step, packed on the host into one i32 buffer [tokens (T) |
 /// cu_seqlens (B+1) | state_slots (B) | last_rows (B)] and copied to the model's device in one
-/// transfer; `host` keeps the packed copy for geometry read on the host.
+/// transfer.
 struct StepIndices {
-  Tensor host;            ///< the packed i32 buffer on the host
-  Tensor device;          ///< the same on the model's device (`host` itself on a CPU model)
+  Tensor device;          ///< the packed buffer on the model's device
   TensorView tokens;      ///< [T] token ids (views of `device`)
   TensorView cu_seqlens;  ///< [B+1] sequence b is tokens [cu[b], cu[b+1])
   TensorView slots;       ///< [B] each sequence's state slot
   TensorView last_rows;   ///< [B] cu[b+1] - 1: each sequence's last new token
-
-  static StepIndices pack(const Batch& batch, Device device);
+  static std::vector<int32_t> packed(const Batch& batch);
+  static StepIndices pack(const Batch& batch, Device device, HostStaging* staging = nullptr);
 };
 
 /// Views of the pools the batch indexes, per global layer id (undefined where a layer has none).
@@ -62,6 +88,8 @@ struct BatchMemory {
   /// Optional: forward_batch adds each part's time here, by layer kind (layer_times.h; it waits
   /// for the device at every boundary, so only for profiling).
   LayerTimes* layer_times = nullptr;
+  /// Optional page-locked staging of the step's index uploads (see HostStaging).
+  HostStaging* staging = nullptr;
 };
 
 }  // namespace hyla::model

@@ -268,7 +268,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                 B = batch.num_sequences();
   const Device dev = device();
   // tokens, cu_seqlens, slots and last rows: one upload per step
-  const StepIndices indices = StepIndices::pack(batch, dev);
+  const StepIndices indices = StepIndices::pack(batch, dev, memory.staging);
 
   // Profiling (hyla bench --profile): the time of each part, by layer kind.
   LayerTimes* const times = memory.layer_times;
@@ -330,7 +330,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     } else {
       // Attention and MLA write the new tokens' rows to the pages and attend over them in place.
       if (!paged) {  // once per step, at the first attention layer
-        HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev));
+        HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev, memory.staging));
       }
       const LayerPages pages{.k = memory.k_pages[size_t(i)], .v = memory.v_pages[size_t(i)]};
       HYLA_RETURN_IF_ERROR(
@@ -404,22 +404,64 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   return logits;
 }
 
-StepIndices StepIndices::pack(const Batch& batch, Device device) {
+HostStaging::HostStaging(int64_t capacity)
+    : data_(static_cast<int32_t*>(pinned_alloc(size_t(capacity) * sizeof(int32_t)))),
+      capacity_(capacity) {}
+
+HostStaging::~HostStaging() { pinned_free(data_); }
+
+int32_t* HostStaging::take(int64_t n) {
+  if (used_ + n > capacity_) return nullptr;
+  int32_t* at = data_ + used_;
+  used_ += n;
+  return at;
+}
+
+Tensor upload_i32(const std::vector<int32_t>& packed, Device device, HostStaging* staging,
+                  bool upload) {
+  const int64_t n = int64_t(packed.size());
+  int32_t* staged = staging && device.is_cuda() ? staging->take(n) : nullptr;
+  if (staged) std::copy(packed.begin(), packed.end(), staged);
+  if (!upload) return Tensor();
+  if (staged) {
+    Tensor out = Tensor::empty({n}, DType::kI32, device);
+    device_copy_async(out.view().raw(), device, staged, Device::cpu(), size_t(n) * sizeof(int32_t));
+    return out;
+  }
+  Tensor host = Tensor::empty({n}, DType::kI32);
+  std::copy(packed.begin(), packed.end(), host.host<int32_t>());
+  return device.is_cpu() ? host : host.to(device);
+}
+
+std::vector<int32_t> StepIndices::packed(const Batch& batch) {
+  const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
+  std::vector<int32_t> packed(size_t(T + 3 * B + 1));
+  int32_t* p = packed.data();
+  std::copy(batch.tokens.begin(), batch.tokens.end(), p);
+  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), p + T);
+  std::copy(batch.state_slots.begin(), batch.state_slots.end(), p + T + B + 1);
+  for (int64_t b = 0; b < B; ++b) p[T + 2 * B + 1 + b] = batch.cu_seqlens[size_t(b + 1)] - 1;
+  return packed;
+}
+
+StepIndices StepIndices::pack(const Batch& batch, Device device, HostStaging* staging) {
   const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
   StepIndices s;
-  s.host = Tensor::empty({T + 3 * B + 1}, DType::kI32);
-  int32_t* packed = s.host.host<int32_t>();
-  std::copy(batch.tokens.begin(), batch.tokens.end(), packed);
-  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), packed + T);
-  std::copy(batch.state_slots.begin(), batch.state_slots.end(), packed + T + B + 1);
-  for (int64_t b = 0; b < B; ++b) packed[T + 2 * B + 1 + b] = batch.cu_seqlens[size_t(b + 1)] - 1;
-  s.device = device.is_cpu() ? s.host : s.host.to(device);
+  s.device = upload_i32(packed(batch), device, staging);
   const TensorView all = s.device.view();
   s.tokens = all.slice(0, T);
   s.cu_seqlens = all.slice(T, T + B + 1);
   s.slots = all.slice(T + B + 1, T + 2 * B + 1);
   s.last_rows = all.slice(T + 2 * B + 1, T + 3 * B + 1);
   return s;
+}
+
+Status Model::stage_step(const Batch& batch, HostStaging& staging) const {
+  (void)upload_i32(StepIndices::packed(batch), device(), &staging, /*upload=*/false);
+  bool any_attention = false;
+  for (MixerKind k : config_.mixers) any_attention |= !is_linear_mixer(k);
+  if (!any_attention) return ok_status();
+  return paged_batch(batch, device(), &staging, /*upload=*/false).status();
 }
 
 bool Batch::is_decode() const {

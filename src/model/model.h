@@ -97,6 +97,11 @@ class Model {
   Result<Tensor> forward_batch(const Batch& batch, const BatchMemory& memory,
                                ForwardTrace* trace = nullptr) const;
 
+  /// Packs `batch`'s index data into `staging` exactly as forward_batch does (same regions, same
+  /// order), without running anything: a CUDA graph captured over forward_batch then replays on
+  /// this batch. Errors: those forward_batch gives while packing (a position beyond int32).
+  Status stage_step(const Batch& batch, HostStaging& staging) const;
+
  private:
   ModelConfig config_;
   Tensor embedding_;  ///< [vocab, hidden]

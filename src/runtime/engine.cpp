@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/cuda_graph.h"
 #include "core/device_memory.h"
+#include "core/op_times.h"
 #include "kernels/argmax.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "runtime/memory/host_memory.h"
@@ -43,7 +45,32 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
   HYLA_RETURN_IF_ERROR(engine->init_kv_pool());
   engine->init_decode_scratch();
   engine->init_batch_memory();
+  HYLA_RETURN_IF_ERROR(engine->init_stream());
   return engine;
+}
+
+Engine::~Engine() {
+  graphs_.reset();
+  if (stream_.handle) {
+    (void)synchronize_stream(stream_);
+    destroy_stream(stream_);
+  }
+}
+
+Status Engine::init_stream() {
+  if (!options_.device.is_cuda()) return ok_status();
+  HYLA_ASSIGN_OR_RETURN(stream_, create_stream());
+  // The packed indices of a step: tokens and slots, cu_seqlens, page tables (generous: a step
+  // that does not fit uploads the synchronous way).
+  staging_ = std::make_unique<model::HostStaging>(int64_t{1} << 20);
+  memory_.staging = staging_.get();
+  if (options_.cuda_graphs && DecodeGraphs::supports(model_.config()))
+    graphs_ = std::make_unique<DecodeGraphs>(model_, stream_, max_step_sequences());
+  return ok_status();
+}
+
+DecodeGraphStats Engine::graph_stats() const {
+  return graphs_ ? graphs_->stats() : DecodeGraphStats{};
 }
 
 MemoryPlanOptions memory_plan_options(const EngineOptions& options) {
@@ -310,6 +337,25 @@ std::vector<Engine::Scheduled> Engine::schedule() {
   return scheduled;
 }
 
+/// Per row of a step's logits, picked on their device (kernels/argmax.h): the greedy token, the
+/// finiteness census and the first bad value, brought to the host as one [4, B] i32 copy (or
+/// read from a decode graph's pinned copy); the full rows come to the host only when some
+/// request samples (temperature > 0).
+struct StepPicks {
+  Tensor summary;  // [4, B] on the host, unless `rows` points into a graph's pinned copy
+  const int32_t* rows = nullptr;
+  int64_t stride = 0;  // elements between the summary's rows
+  Tensor host_logits;  // [B, V] on the host, or undefined when every request is greedy
+  int32_t id(int64_t b) const { return rows[b]; }
+  int32_t bad(int64_t b) const { return rows[stride + b]; }
+  int32_t first_bad(int64_t b) const { return rows[2 * stride + b]; }
+  float first_bad_value(int64_t b) const {
+    float v;
+    std::memcpy(&v, &rows[3 * stride + b], sizeof(v));
+    return v;
+  }
+};
+
 namespace {
 
 /// How the logits of a non-finite row are named in the request's error: the lowest bad column's
@@ -321,39 +367,24 @@ std::string non_finite(float value, int64_t first, int64_t count, int64_t V) {
                  " at token ", first, " (", count, " of ", V, " logits not finite)");
 }
 
-/// Per row of a step's logits, on their device: the greedy token and the finiteness census
-/// (kernels/argmax.h), brought to the host as one [3, B] copy; the full rows come to the host
-/// only when some request samples (temperature > 0).
-struct StepPicks {
-  Tensor summary;      // [3, B] i32 on the host: ids, non-finite counts, lowest bad column
-  Tensor host_logits;  // [B, V] on the host, or undefined when every request is greedy
-  const int32_t* ids() const { return summary.host<int32_t>(); }
-  const int32_t* bad() const { return summary.host<int32_t>() + summary.size(1); }
-  const int32_t* first_bad() const { return summary.host<int32_t>() + 2 * summary.size(1); }
-};
-
 Result<StepPicks> pick(const Tensor& logits, bool any_sampled) {
   const int64_t B = logits.size(0);
   const Device device = logits.device();
-  Tensor summary = Tensor::empty({3, B}, DType::kI32, device);
-  const TensorView rows = summary.view();
-  HYLA_RETURN_IF_ERROR(kernels::argmax({.logits = logits,
-                                        .ids = rows.select(0),
-                                        .non_finite = rows.select(1),
-                                        .first_bad = rows.select(2)}));
+  Tensor summary = Tensor::empty({4, B}, DType::kI32, device);
+  const TensorView rows = summary.view(), value_bits = rows.select(3);
+  const int64_t shape[] = {B}, stride[] = {1};
+  HYLA_RETURN_IF_ERROR(kernels::argmax(
+      {.logits = logits,
+       .ids = rows.select(0),
+       .non_finite = rows.select(1),
+       .first_bad = rows.select(2),
+       .first_bad_value = TensorView(value_bits.raw(), DType::kF32, 1, shape, stride, device)}));
   StepPicks picks;
   picks.summary = device.is_cpu() ? summary : summary.to(Device::cpu());
+  picks.rows = picks.summary.host<int32_t>();
+  picks.stride = B;
   if (any_sampled) picks.host_logits = device.is_cpu() ? logits : logits.to(Device::cpu());
   return picks;
-}
-
-/// logits[b, v] brought to the host (one float; for error messages).
-float logit_at(const Tensor& logits, int64_t b, int64_t v) {
-  float value = 0.0f;
-  device_copy(&value, Device::cpu(),
-              static_cast<const float*>(logits.view().raw()) + b * logits.view().stride(0) + v,
-              logits.device(), sizeof(float));
-  return value;
 }
 
 }  // namespace
@@ -375,6 +406,28 @@ model::Batch Engine::build_batch(const std::vector<Scheduled>& scheduled) const 
   return batch;
 }
 
+Result<StepPicks> Engine::run_step(const model::Batch& batch, bool any_sampled) {
+  const CurrentStream on(stream_.handle ? stream_ : current_stream());
+  if (staging_) staging_->reset();
+  HYLA_ASSIGN_OR_RETURN(const Tensor logits, model_.forward_batch(batch, memory_));
+  const int64_t V = model_.config().vocab_size, B = batch.num_sequences();
+  if (logits.dtype() != DType::kF32 || logits.ndim() != 2 || logits.size(0) != B ||
+      logits.size(1) != V)
+    return internal_error("Engine::step: forward_batch returned logits ",
+                          logits.view().shape_string(), " ", dtype_name(logits.dtype()),
+                          ", expected [", B, ", ", V, "] f32");
+  return pick(logits, any_sampled);
+}
+
+Result<StepPicks> Engine::replay_step(const model::Batch& batch) {
+  const model::Batch padded = graphs_->padded(batch);
+  HYLA_ASSIGN_OR_RETURN(const int32_t* summary, graphs_->run(padded, memory_, *staging_));
+  StepPicks picks;
+  picks.rows = summary;
+  picks.stride = padded.num_sequences();
+  return picks;
+}
+
 std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
@@ -382,26 +435,18 @@ std::vector<TokenEvent> Engine::step() {
   if (scheduled.empty()) return events;
 
   const model::Batch batch = build_batch(scheduled);
-  Result<Tensor> logits = model_.forward_batch(batch, memory_);
   ++totals_.steps;
   totals_.last_step_tokens = int64_t(batch.tokens.size());
   const int64_t V = model_.config().vocab_size, B = int64_t(scheduled.size());
-  if (logits.ok() && (logits->dtype() != DType::kF32 || logits->ndim() != 2 ||
-                      logits->size(0) != B || logits->size(1) != V))
-    logits = internal_error("Engine::step: forward_batch returned logits ",
-                            logits->view().shape_string(), " ", dtype_name(logits->dtype()),
-                            ", expected [", B, ", ", V, "] f32");
-  if (!logits.ok()) {
-    // The slots and pages of every sequence in the batch may be half written: fail them all.
-    for (const Scheduled& s : scheduled)
-      release(s.request->id, FinishReason::kError, events, logits.status().message());
-    return events;
-  }
   bool any_sampled = false;
   for (const Scheduled& s : scheduled)
     any_sampled |= s.request->sampler.params().temperature != 0.0f;
-  Result<StepPicks> picks = pick(*logits, any_sampled);
+  // Greedy decode steps replay a CUDA graph; the others run their kernels on the engine's stream.
+  const bool replay =
+      graphs_ && !any_sampled && batch.is_decode() && !memory_.layer_times && !op_times_active();
+  Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, any_sampled);
   if (!picks.ok()) {
+    // The slots and pages of every sequence in the batch may be half written: fail them all.
     for (const Scheduled& s : scheduled)
       release(s.request->id, FinishReason::kError, events, picks.status().message());
     return events;
@@ -414,18 +459,18 @@ std::vector<TokenEvent> Engine::step() {
     r.processed += scheduled[size_t(b)].count;
     if (!r.prompt_done()) continue;  // mid-prompt chunk: nothing to sample
 
-    if (const int32_t bad = picks->bad()[b]; bad > 0) {
-      const int32_t first = picks->first_bad()[b];
+    if (const int32_t bad = picks->bad(b); bad > 0) {
+      const int32_t first = picks->first_bad(b);
       release(r.id, FinishReason::kError, events,
               str_cat("request ", r.id, ": the logits of step ", totals_.steps, " (its token ",
                       r.generated.size() + 1, ", after ", r.processed, " tokens) hold ",
-                      non_finite(logit_at(*logits, b, first), first, bad, V),
+                      non_finite(picks->first_bad_value(b), first, bad, V),
                       "; the request is ended, the others go on"));
       continue;
     }
     // Greedy rows take the device's pick (the Sampler's own rule, kernels/argmax.h).
     const int32_t token = r.sampler.params().temperature == 0.0f
-                              ? picks->ids()[b]
+                              ? picks->id(b)
                               : r.sampler.sample(std::span<const float>(
                                     picks->host_logits.host<float>() + b * V, size_t(V)));
     r.generated.push_back(token);

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "model/batch.h"
 #include "model/model.h"
+#include "runtime/decode_graphs.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/memory/memory_plan.h"
 #include "runtime/memory/state_pool.h"
@@ -58,6 +59,9 @@ struct EngineOptions {
   /// Optional profiling: each step's time by layer kind is added here (model/layer_times.h; it
   /// waits for the device at every layer boundary, so steps run slower).
   model::LayerTimes* layer_times = nullptr;
+  /// CUDA: replay greedy decode steps as CUDA graphs (runtime/decode_graphs.h) where the model
+  /// allows; false: every step runs its kernels one launch at a time.
+  bool cuda_graphs = true;
 };
 
 /// The MemoryPlanOptions (dtypes, page size, device, scratch) that `options` implies.
@@ -112,6 +116,9 @@ struct EngineStats {
 /// (too little room left) waits for the next step, and so do the requests after it (FCFS, no
 /// overtaking). Admitting a waiting request takes a free slot (zeroed) and the pages for
 /// prompt + max_new_tokens, so a running request never runs out. All sequences go in one Batch.
+/// One step's picks on the host (defined in engine.cpp).
+struct StepPicks;
+
 class Engine {
  public:
   /// Plans memory (plan_memory) and builds the pools; prints nothing. Errors: options out of
@@ -121,6 +128,9 @@ class Engine {
   /// checked before anything is allocated.
   static Result<std::unique_ptr<Engine>> create(const model::Model& model,
                                                 EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   const MemoryPlan& plan() const { return plan_; }
   const EngineOptions& options() const { return options_; }
@@ -137,6 +147,9 @@ class Engine {
   /// holds NaN or inf ends with kError (naming the request, the step and the value); the others
   /// in the batch go on.
   std::vector<TokenEvent> step();
+  /// CUDA graph use so far (all zero on the CPU or with cuda_graphs off).
+  DecodeGraphStats graph_stats() const;
+
   /// No request waiting or running, and no event pending.
   bool idle() const;
   EngineStats stats() const;
@@ -164,6 +177,8 @@ class Engine {
 
   Engine(const model::Model& model, EngineOptions options);
   Status init_device();
+  /// CUDA: the engine's stream, the pinned staging of each step's indices, the decode graphs.
+  Status init_stream();
   Status init_memory_plan();
   Status init_state_pool();
   Status init_kv_pool();
@@ -182,6 +197,10 @@ class Engine {
   void release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
                std::string error = {});
   std::vector<Scheduled> schedule();
+  /// The step's forward pass on the engine's stream, then the pick (engine.cpp's StepPicks).
+  Result<StepPicks> run_step(const model::Batch& batch, bool any_sampled);
+  /// A greedy decode step through its CUDA graph (runtime/decode_graphs.h).
+  Result<StepPicks> replay_step(const model::Batch& batch);
   model::Batch build_batch(const std::vector<Scheduled>& scheduled) const;
 
   const model::Model& model_;
@@ -192,8 +211,11 @@ class Engine {
   Tensor decode_arrivals_;           ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
   Tensor decode_workspace_;  ///< CUDA: f32, gated_delta_rule_decode_workspace_bytes (BatchMemory)
   model::BatchMemory memory_;
-  std::map<RequestId, Request> requests_;   ///< waiting and running, in arrival (id) order
-  std::vector<TokenEvent> pending_events_;  ///< cancels, reported by the next step
+  Stream stream_{};  ///< CUDA: every step runs on it (create_stream); else none
+  std::unique_ptr<model::HostStaging> staging_;  ///< CUDA: memory_.staging
+  std::unique_ptr<DecodeGraphs> graphs_;         ///< CUDA with cuda_graphs, where supported
+  std::map<RequestId, Request> requests_;        ///< waiting and running, in arrival (id) order
+  std::vector<TokenEvent> pending_events_;       ///< cancels, reported by the next step
   RequestId next_id_ = 0;
   EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps
 };

@@ -58,7 +58,12 @@ TEST(ArgmaxTest, MatchesSamplerGreedyAndCountsNonFinite) {
     const Tensor logits = special_rows(B, V, rng);
     Tensor ids = testing::poisoned({B}, DType::kI32), bad = testing::poisoned({B}, DType::kI32),
            first = testing::poisoned({B}, DType::kI32);
-    ASSERT_OK(argmax({.logits = logits, .ids = ids, .non_finite = bad, .first_bad = first}));
+    Tensor value = testing::poisoned({B}, DType::kF32);
+    ASSERT_OK(argmax({.logits = logits,
+                      .ids = ids,
+                      .non_finite = bad,
+                      .first_bad = first,
+                      .first_bad_value = value}));
     runtime::Sampler greedy(runtime::SamplingParams{});
     for (int64_t b = 0; b < B; ++b) {
       const float* row = logits.host<float>() + b * V;
@@ -71,6 +76,8 @@ TEST(ArgmaxTest, MatchesSamplerGreedyAndCountsNonFinite) {
         }
       EXPECT_EQ(bad.host<int32_t>()[b], count) << "row " << b;
       EXPECT_EQ(first.host<int32_t>()[b], lowest) << "row " << b;
+      const float want = lowest >= 0 ? row[lowest] : 0.0f, got = value.host<float>()[b];
+      EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << "row " << b;
     }
   }
 }

@@ -34,6 +34,9 @@ void argmax(const ArgmaxParams& p) {
       ids[b * p.ids.stride(0)] = int32_t(best);
       non_finite[b * p.non_finite.stride(0)] = int32_t(bad);
       first_bad[b * p.first_bad.stride(0)] = int32_t(first);
+      if (p.first_bad_value.defined())
+        p.first_bad_value.host<float>()[b * p.first_bad_value.stride(0)] =
+            first >= 0 ? row[first] : 0.0f;
     }
   });
 }

@@ -19,7 +19,8 @@ struct ArgmaxArgs {
   int32_t* ids;
   int32_t* non_finite;
   int32_t* first_bad;
-  int64_t V, logits_stride, ids_stride, non_finite_stride, first_bad_stride;
+  float* first_bad_value;  // or null
+  int64_t V, first_bad_value_stride, logits_stride, ids_stride, non_finite_stride, first_bad_stride;
 };
 
 struct Best {
@@ -80,6 +81,9 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const __grid_constant_
       a.ids[b * a.ids_stride] = best.id == V ? 0 : best.id;
       a.non_finite[b * a.non_finite_stride] = best.bad;
       a.first_bad[b * a.first_bad_stride] = best.first_bad == V ? -1 : best.first_bad;
+      if (a.first_bad_value)
+        a.first_bad_value[b * a.first_bad_value_stride] =
+            best.first_bad == V ? 0.0f : row[best.first_bad];
     }
   }
 }
@@ -89,15 +93,18 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const __grid_constant_
 Status argmax(const ArgmaxParams& p, Stream stream) {
   const int64_t B = p.logits.size(0);
   if (B == 0) return ok_status();
-  const ArgmaxArgs args{.logits = ptr<const float>(p.logits),
-                        .ids = ptr<int32_t>(p.ids),
-                        .non_finite = ptr<int32_t>(p.non_finite),
-                        .first_bad = ptr<int32_t>(p.first_bad),
-                        .V = p.logits.size(1),
-                        .logits_stride = p.logits.stride(0),
-                        .ids_stride = p.ids.stride(0),
-                        .non_finite_stride = p.non_finite.stride(0),
-                        .first_bad_stride = p.first_bad.stride(0)};
+  const ArgmaxArgs args{
+      .logits = ptr<const float>(p.logits),
+      .ids = ptr<int32_t>(p.ids),
+      .non_finite = ptr<int32_t>(p.non_finite),
+      .first_bad = ptr<int32_t>(p.first_bad),
+      .first_bad_value = p.first_bad_value.defined() ? ptr<float>(p.first_bad_value) : nullptr,
+      .V = p.logits.size(1),
+      .first_bad_value_stride = p.first_bad_value.defined() ? p.first_bad_value.stride(0) : 0,
+      .logits_stride = p.logits.stride(0),
+      .ids_stride = p.ids.stride(0),
+      .non_finite_stride = p.non_finite.stride(0),
+      .first_bad_stride = p.first_bad.stride(0)};
   argmax_kernel<<<unsigned(B), kThreads, 0, to_cuda(stream)>>>(args);
   HYLA_CUDA_CHECK_LAUNCH();
   return ok_status();

@@ -9,12 +9,16 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "core/device_memory.h"
 #include "core/tensor.h"
 
 namespace hyla::kernels::cuda {
 
-/// The stream a kernel call was given (null: the legacy default stream).
-inline cudaStream_t to_cuda(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+/// The stream a kernel call was given; `Stream{}`: the thread's current stream (the legacy default
+/// stream unless the engine is capturing a CUDA graph, core/device_memory.h).
+inline cudaStream_t to_cuda(Stream s) {
+  return static_cast<cudaStream_t>(s.handle ? s.handle : current_stream().handle);
+}
 
 /// Aborts with the launch site when the last launch failed (a bad shape is a programming error:
 /// every argument was checked by the op's entry before the launch).

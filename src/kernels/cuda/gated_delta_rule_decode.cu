@@ -40,6 +40,7 @@
 #endif
 
 #include "core/cuda_check.h"
+#include "core/device_memory.h"
 #include "kernels/cuda/gated_delta_rule_decode_block.cuh"
 #include "kernels/cuda/gated_delta_rule_decode_common.cuh"
 #include "kernels/cuda/gated_delta_rule_decode_tiling.h"
@@ -285,7 +286,8 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
 
 Status gated_delta_rule_decode_tiled(const GatedDeltaRuleDecodeParams& p, DecodeTiling tiling,
                                      Stream stream_handle) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle.handle);
+  const cudaStream_t stream = static_cast<cudaStream_t>(
+      stream_handle.handle ? stream_handle.handle : current_stream().handle);
   const DecodeShape s = decode_shape(p);
   const int T = int(s.T), B = int(s.B), HV = int(s.HV), d_v = int(s.d_v), d_k = int(s.d_k),
             H = int(s.H);
@@ -397,7 +399,8 @@ Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream strea
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream_handle) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_handle.handle);
+  const cudaStream_t stream = static_cast<cudaStream_t>(
+      stream_handle.handle ? stream_handle.handle : current_stream().handle);
   const int T = int(p.tokens_per_seq);
   const int B = int(p.qkv.size(0) / T);
   if (B == 0) return ok_status();

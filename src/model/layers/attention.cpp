@@ -20,7 +20,8 @@ LayerState attention_new_state(const ModelConfig& config, int64_t capacity) {
   return s;
 }
 
-Result<PagedBatch> paged_batch(const Batch& batch, Device device) {
+Result<PagedBatch> paged_batch(const Batch& batch, Device device, HostStaging* staging,
+                               bool upload) {
   const int64_t B = batch.num_sequences(), T = int64_t(batch.tokens.size());
   int64_t max_pages = 1;
   for (const std::vector<int32_t>& table : batch.page_tables)
@@ -28,8 +29,8 @@ Result<PagedBatch> paged_batch(const Batch& batch, Device device) {
   // [cu (B+1) | past (B) | page_table (B max_pages) | positions (T) | own_page (B)]
   const int64_t at_past = B + 1, at_table = at_past + B, at_positions = at_table + B * max_pages,
                 at_own = at_positions + T, total = at_own + B;
-  Tensor host = Tensor::empty({total}, DType::kI32);
-  int32_t* h = host.host<int32_t>();
+  std::vector<int32_t> packed(static_cast<size_t>(total));
+  int32_t* h = packed.data();
   std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), h);
   PagedBatch out;
   for (int64_t b = 0; b < B; ++b) {
@@ -48,7 +49,8 @@ Result<PagedBatch> paged_batch(const Batch& batch, Device device) {
     std::fill(row + pages.size(), row + max_pages, -1);
     h[at_own + b] = int32_t(b);
   }
-  out.storage = host.to(device);
+  out.storage = upload_i32(packed, device, staging, upload);
+  if (!upload) return out;
   const TensorView all = out.storage.view();
   out.cu_seqlens = all.slice(0, at_past);
   out.past = all.slice(at_past, at_table);

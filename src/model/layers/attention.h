@@ -40,8 +40,11 @@ struct PagedBatch {
   kernels::PageIndex index() const { return {cu_seqlens, past, page_table}; }
 };
 
-/// The batch's index tensors on `device`. Errors: a position beyond int32.
-Result<PagedBatch> paged_batch(const Batch& batch, Device device);
+/// The batch's index tensors on `device`, uploaded through `staging` when given (batch.h's
+/// upload_i32; `upload` false: packed into it only, the tensors left undefined). Errors: a
+/// position beyond int32.
+Result<PagedBatch> paged_batch(const Batch& batch, Device device, HostStaging* staging = nullptr,
+                               bool upload = true);
 
 /// One layer's pages: full attention k and v [pages, page_size, nkv, hd]; MLA the latent in k
 /// ([pages, page_size, 1, kv_lora_rank + rope]) and v undefined.

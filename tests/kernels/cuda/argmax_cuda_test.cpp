@@ -2,6 +2,7 @@
 // ties, NaN, +-inf, all -inf, at widths around the block size and the real vocabulary, with a
 // row stride. Ids and counts are integers: they must be equal. Fresh random inputs (seed in the
 // trace; HYLA_TEST_SEED=<n> replays one). Skipped when no CUDA device is visible.
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <random>
@@ -63,8 +64,12 @@ TEST(ArgmaxCudaTest, MatchesCpu) {
       return TensorView(t.view().raw(), DType::kF32, 2, shape, strides, t.device());
     };
     Tensor ids = Tensor::zeros({B}, DType::kI32), bad = Tensor::zeros({B}, DType::kI32),
-           first = Tensor::zeros({B}, DType::kI32);
-    ASSERT_OK(argmax({.logits = rows(storage), .ids = ids, .non_finite = bad, .first_bad = first}));
+           first = Tensor::zeros({B}, DType::kI32), value = Tensor::zeros({B}, DType::kF32);
+    ASSERT_OK(argmax({.logits = rows(storage),
+                      .ids = ids,
+                      .non_finite = bad,
+                      .first_bad = first,
+                      .first_bad_value = value}));
     const Tensor gpu = on_gpu(storage);
     Tensor g_ids = poisoned_gpu({B}, DType::kI32), g_bad = poisoned_gpu({B}, DType::kI32),
            g_first = poisoned_gpu({B}, DType::kI32);
@@ -75,6 +80,8 @@ TEST(ArgmaxCudaTest, MatchesCpu) {
       EXPECT_EQ(h_ids.host<int32_t>()[b], ids.host<int32_t>()[b]) << "row " << b;
       EXPECT_EQ(h_bad.host<int32_t>()[b], bad.host<int32_t>()[b]) << "row " << b;
       EXPECT_EQ(h_first.host<int32_t>()[b], first.host<int32_t>()[b]) << "row " << b;
+      const float want = value.host<float>()[b], got = h_value.host<float>()[b];
+      EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << "row " << b;
     }
   }
 }

@@ -1,0 +1,70 @@
+// The decode steps of a CUDA engine as CUDA graphs: one graph per step shape (padded batch size,
+// page-table width) holding the whole forward pass, the greedy pick (kernels/argmax.h) and the
+// copy of its [4, B] summary to pinned host memory, so a step is one upload of the packed
+// indices (part of the graph, from the engine's HostStaging), one graph launch and one wait.
+//   shape:  B padded up to the next of 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, ... (capped at the
+//           engine's sequences per step), pad rows: token 0, state slot -1 (the linear layers skip
+//           it), past 0, no pages (attention skips page -1 and writes nothing); every page table
+//           padded with -1 to the next power of two of the longest.
+//   first step of a shape: runs eagerly, padded (so every lazily made resource, e.g. cuBLASLt
+//           scratch for that row count, exists before a capture); second: captured, then
+//           launched; later: Model::stage_step packs the batch into the same staging, replay.
+// Only greedy decode steps replay (sampling needs the logits on the host); models with Attention
+// Residuals or MLA run eagerly (their forward sizes work from host values of the step).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include "core/cuda_graph.h"
+#include "model/model.h"
+
+namespace hyla::runtime {
+
+struct DecodeGraphStats {
+  int64_t captures = 0;  ///< graphs captured
+  int64_t replays = 0;   ///< steps that replayed a graph (the capturing step included)
+  int64_t eager = 0;     ///< padded steps that ran eagerly (a shape's first)
+};
+
+class DecodeGraphs {
+ public:
+  /// `stream`: the engine's stream (core/cuda_graph.h create_stream), on which every step runs.
+  DecodeGraphs(const model::Model& model, Stream stream, int64_t max_sequences);
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+
+  /// Whether graphs can hold this model's steps (see above).
+  static bool supports(const model::ModelConfig& config);
+
+  /// `batch` (a decode step) padded to its graph's shape.
+  model::Batch padded(const model::Batch& batch) const;
+
+  /// The [4, Bp] summary of the step `padded` (from padded()): per row the greedy id, the
+  /// non-finite count, the first non-finite column, its value's bits (kernels/argmax.h), in
+  /// pinned host memory valid until the next call.
+  Result<const int32_t*> run(const model::Batch& padded, const model::BatchMemory& memory,
+                             model::HostStaging& staging);
+
+  const DecodeGraphStats& stats() const { return stats_; }
+
+ private:
+  struct Shape {
+    Tensor summary;           // [4, Bp] i32 on the device
+    int32_t* host = nullptr;  // [4, Bp] pinned
+    CudaGraph graph;
+    bool warmed = false;  // the eager first step ran
+  };
+  /// The forward pass, the pick and the summary's download, queued on the current stream.
+  Status queue_step(const model::Batch& padded, const model::BatchMemory& memory, Shape& shape);
+
+  const model::Model& model_;
+  Stream stream_;
+  int64_t max_sequences_;
+  std::map<std::pair<int64_t, int64_t>, Shape> shapes_;  // (Bp, page-table width)
+  DecodeGraphStats stats_;
+};
+
+}  // namespace hyla::runtime
