@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,53 @@ TEST_P(EngineCudaTest, Bf16ConvStateRuns) {
                                              greedy(int64_t(g.a_tokens.size())), options);
   ASSERT_TRUE(out.ok()) << out.status().message();
   for (const Tokens& t : out.value()) EXPECT_EQ(t.size(), g.a_tokens.size());
+}
+
+// Greedy decode steps through CUDA graphs (runtime/decode_graphs.h): requests join while others
+// decode (so the padded batch shape changes: 1 -> 2 -> 4 sequences, and back as they finish);
+// every request gets the CPU's greedy tokens (up to a near tie), the graphs were captured and
+// replayed where the model allows them (never where it does not), and every slot and page is
+// free at the end. With cuda_graphs off nothing is captured.
+TEST_P(EngineCudaTest, DecodeGraphsGiveTheCpuGreedyTokens) {
+  const Golden& g = golden(GetParam());
+  const std::vector<Tokens> prompts = mixed_prompts(g);
+  const int64_t n = int64_t(g.a_tokens.size());
+  for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "cuda_graphs on" : "cuda_graphs off");
+    EngineOptions options = test_options(Device::cuda());
+    options.cuda_graphs = graphs;
+    std::unique_ptr<Engine> engine = make_engine(model_on(g, Device::cuda()), options);
+    std::vector<Tokens> out(prompts.size());
+    std::map<RequestId, size_t> index;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      Result<RequestId> id = engine->add_request(prompts[i], greedy(n));
+      ASSERT_TRUE(id.ok()) << id.status().message();
+      index[id.value()] = i;
+      for (int s = 0; s < 3 && !engine->idle(); ++s)  // the others join mid-flight
+        for (const TokenEvent& e : engine->step()) {
+          ASSERT_NE(e.reason, FinishReason::kError) << e.error;
+          if (e.token >= 0) out[index.at(e.request)].push_back(e.token);
+        }
+    }
+    while (!engine->idle())
+      for (const TokenEvent& e : engine->step()) {
+        ASSERT_NE(e.reason, FinishReason::kError) << e.error;
+        if (e.token >= 0) out[index.at(e.request)].push_back(e.token);
+      }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SCOPED_TRACE(str_cat("prompt ", i));
+      expect_cpu_greedy_tokens(g, prompts[i], out[i], n, Device::cuda());
+    }
+    expect_pools_full(*engine);
+    const DecodeGraphStats stats = engine->graph_stats();
+    if (graphs && DecodeGraphs::supports(g.model->config())) {
+      EXPECT_GT(stats.captures, 0);
+      EXPECT_GT(stats.replays, stats.captures);
+    } else {
+      EXPECT_EQ(stats.captures, 0);
+      EXPECT_EQ(stats.replays, 0);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, EngineCudaTest, ::testing::ValuesIn(golden_archs()),
