@@ -30,37 +30,53 @@ Status norm(const Tensor& x, const Tensor& weight, const ModelConfig& c, const T
 /// A projection whose every value is a bf16 number (a bf16 checkpoint, widened to f32 at load) is
 /// stored as bf16 again: the linear kernel reads bf16 weights directly, so a decode step, which is
 /// bound by reading the weights, reads half the bytes for the same values and results.
+/// Stacked expert weights ([E, rows, cols]) are one tensor: bf16 when every expert's values are.
 void keep_bf16_when_exact(Tensor& w) {
-  if (!w.defined() || w.dtype() != DType::kF32 || w.ndim() != 2 || !w.view().is_contiguous() ||
-      !w.device().is_cpu())
+  if (!w.defined() || w.dtype() != DType::kF32 || (w.ndim() != 2 && w.ndim() != 3) ||
+      !w.view().is_contiguous() || !w.device().is_cpu())
     return;
   const uint32_t* bits = static_cast<const uint32_t*>(w.view().raw());
   for (int64_t i = 0; i < w.numel(); ++i)
     if ((bits[i] & 0xffffu) != 0) return;  // f32 is a bf16 number iff its low 16 bits are zero
-  Tensor narrow = Tensor::empty({w.size(0), w.size(1)}, DType::kBF16);
+  Tensor narrow = Tensor::empty(w.ndim(), w.view().shape(), DType::kBF16);
   bf16* dst = narrow.data<bf16>();
   for (int64_t i = 0; i < w.numel(); ++i) dst[i] = bf16{static_cast<uint16_t>(bits[i] >> 16)};
   w = std::move(narrow);
 }
 
-/// Every weight that only kernels::linear reads.
+/// Every weight that only kernels::linear and kernels::moe_grouped_linear read.
 void keep_projections_bf16_when_exact(std::vector<DecoderLayer>& layers, Tensor& lm_head) {
   auto mlp = [](DenseMlpWeights& m) {
     keep_bf16_when_exact(m.gate_up);
     keep_bf16_when_exact(m.down);
   };
   for (DecoderLayer& l : layers) {
-    for (Tensor* w : {&l.gdn.in_proj,      &l.gdn.out_proj,     &l.kda.qkv_proj,
-                      &l.kda.fa_b,         &l.kda.f_b,          &l.kda.g_a,
-                      &l.kda.g_b,          &l.kda.o_proj,       &l.attention.qkv_proj,
-                      &l.attention.o_proj, &l.latent.q_proj,    &l.latent.q_a_proj,
-                      &l.latent.q_b_proj,  &l.latent.kv_a_proj, &l.latent.kv_b_proj,
-                      &l.latent.o_proj,    &l.latent.g_proj,    &l.moe.router,
-                      &l.moe.shared_gate,  &l.moe.latent_down,  &l.moe.latent_up})
+    for (Tensor* w : {&l.gdn.in_proj,
+                      &l.gdn.out_proj,
+                      &l.kda.qkv_proj,
+                      &l.kda.fa_b,
+                      &l.kda.f_b,
+                      &l.kda.g_a,
+                      &l.kda.g_b,
+                      &l.kda.o_proj,
+                      &l.attention.qkv_proj,
+                      &l.attention.o_proj,
+                      &l.latent.q_proj,
+                      &l.latent.q_a_proj,
+                      &l.latent.q_b_proj,
+                      &l.latent.kv_a_proj,
+                      &l.latent.kv_b_proj,
+                      &l.latent.o_proj,
+                      &l.latent.g_proj,
+                      &l.moe.router,
+                      &l.moe.shared_gate,
+                      &l.moe.latent_down,
+                      &l.moe.latent_up,
+                      &l.moe.experts_gate_up,
+                      &l.moe.experts_down})
       keep_bf16_when_exact(*w);
     mlp(l.dense);
     mlp(l.moe.shared);
-    for (DenseMlpWeights& e : l.moe.experts) mlp(e);
   }
   keep_bf16_when_exact(lm_head);
 }
@@ -109,12 +125,13 @@ void for_each_weight(DecoderLayer& l, F&& f) {
                     &l.moe.latent_down,
                     &l.moe.latent_norm,
                     &l.moe.latent_up,
+                    &l.moe.experts_gate_up,
+                    &l.moe.experts_down,
                     &l.attn_res_cw,
                     &l.mlp_res_cw})
     f(*t);
   mlp(l.dense);
   mlp(l.moe.shared);
-  for (DenseMlpWeights& e : l.moe.experts) mlp(e);
 }
 
 }  // namespace

@@ -44,6 +44,23 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
+Result<Tensor> stack_blocks(int64_t count, const std::function<Result<Tensor>(int64_t)>& block) {
+  HYLA_CHECK(count >= 1, "stack_blocks of ", count, " blocks");
+  Tensor out;
+  for (int64_t b = 0; b < count; ++b) {
+    HYLA_ASSIGN_OR_RETURN(Tensor part, block(b));
+    HYLA_CHECK(part.ndim() == 2 && part.view().is_contiguous(), "stack_blocks: block ", b, " is ",
+               part.view().to_string(), ", expected a contiguous 2-D tensor");
+    if (b == 0) out = Tensor::empty({count, part.size(0), part.size(1)}, part.dtype());
+    HYLA_CHECK(
+        part.size(0) == out.size(1) && part.size(1) == out.size(2) && part.dtype() == out.dtype(),
+        "stack_blocks: block ", b, " is ", part.view().to_string(), ", block 0 ",
+        out.view().select(0).to_string());
+    std::memcpy(out.view().select(b).raw(), part.view().raw(), size_t(part.nbytes()));
+  }
+  return out;
+}
+
 Tensor squeeze(const Tensor& t) {
   std::vector<int64_t> shape;
   for (int d = 0; d < t.ndim(); ++d)

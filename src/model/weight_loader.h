@@ -24,6 +24,11 @@ Tensor take_rows(const Tensor& t, int64_t begin, int64_t count);
 /// Stacks 2-D tensors (or row blocks) with the same number of columns along rows.
 Tensor concat_rows(const std::vector<Tensor>& parts);
 
+/// [count, rows, cols]: block b is block(b), a 2-D [rows, cols] tensor (every block the same shape
+/// and dtype). Blocks are made one at a time and copied in, so only one of them exists beside the
+/// stacked tensor (routed experts: the stacked weights of a layer, not a second copy of them).
+Result<Tensor> stack_blocks(int64_t count, const std::function<Result<Tensor>(int64_t)>& block);
+
 /// Drops size-1 dimensions of a weight stored as e.g. [C, 1, K] -> [C, K].
 Tensor squeeze(const Tensor& t);
 

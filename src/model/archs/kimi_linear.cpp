@@ -572,11 +572,17 @@ class KimiLoader {
     MoeWeights w;
     HYLA_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight"));
     HYLA_ASSIGN_OR_RETURN(w.correction_bias, get(p + "gate.e_score_correction_bias"));
-    for (int64_t e = 0; e < c_.moe.num_experts; ++e) {
-      HYLA_ASSIGN_OR_RETURN(DenseMlpWeights expert,
-                            swiglu(str_cat(p, "experts.", e, "."), "w1", "w3", "w2"));
-      w.experts.push_back(std::move(expert));
-    }
+    // Routed experts stacked one expert at a time: w1 = gate, w3 = up, w2 = down.
+    const int64_t E = c_.moe.num_experts;
+    HYLA_ASSIGN_OR_RETURN(w.experts_gate_up, stack_blocks(E, [&](int64_t e) -> Result<Tensor> {
+                            const std::string q = str_cat(p, "experts.", e, ".");
+                            HYLA_ASSIGN_OR_RETURN(Tensor gate, get(q + "w1.weight"));
+                            HYLA_ASSIGN_OR_RETURN(Tensor up, get(q + "w3.weight"));
+                            return concat_rows({gate, up});
+                          }));
+    HYLA_ASSIGN_OR_RETURN(w.experts_down, stack_blocks(E, [&](int64_t e) {
+                            return get(str_cat(p, "experts.", e, ".w2.weight"));
+                          }));
     if (c_.moe.latent_dim > 0) {
       HYLA_ASSIGN_OR_RETURN(w.latent_down, get(p + "routed_expert_down_proj.weight"));
       if (c_.moe.latent_norm) {

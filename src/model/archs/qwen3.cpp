@@ -9,7 +9,6 @@
 // Everything else: (1 + w) RMSNorms, gated full attention every 4th layer with partial RoPE.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -270,16 +269,6 @@ ExpertLayout expert_layout_of(const ModelConfig& c, const Checkpoint& ckpt) {
   return ExpertLayout::kPerExpert;
 }
 
-/// Block e of a [E, rows, cols] tensor as a new [rows, cols] tensor.
-Tensor take_block(const Tensor& t, int64_t e) {
-  const int64_t rows = t.size(1), cols = t.size(2);
-  Tensor out = Tensor::empty({rows, cols}, t.dtype());
-  const int64_t bytes = rows * cols * dtype_size(t.dtype());
-  std::memcpy(out.view().raw(), static_cast<const char*>(t.view().raw()) + e * bytes,
-              size_t(bytes));
-  return out;
-}
-
 // ---- loader ----
 
 /// Loads tensors by the names of the mapping table (which check_checkpoint has validated).
@@ -364,15 +353,20 @@ class QwenLoader {
     MoeWeights w;
     HYLA_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight"));
     if (experts_ == ExpertLayout::kFused) {
-      HYLA_ASSIGN_OR_RETURN(Tensor gate_up, get(p + "experts.gate_up_proj"));
-      HYLA_ASSIGN_OR_RETURN(Tensor down, get(p + "experts.down_proj"));
-      for (int64_t e = 0; e < c_.moe.num_experts; ++e)
-        w.experts.push_back({.gate_up = take_block(gate_up, e), .down = take_block(down, e)});
+      // already stacked as the model keeps them: [E, 2I, hidden] (rows [gate | up]), [E, hidden, I]
+      HYLA_ASSIGN_OR_RETURN(w.experts_gate_up, get(p + "experts.gate_up_proj"));
+      HYLA_ASSIGN_OR_RETURN(w.experts_down, get(p + "experts.down_proj"));
     } else {
-      for (int64_t e = 0; e < c_.moe.num_experts; ++e) {
-        HYLA_ASSIGN_OR_RETURN(DenseMlpWeights expert, swiglu(str_cat(p, "experts.", e, ".")));
-        w.experts.push_back(std::move(expert));
-      }
+      const int64_t E = c_.moe.num_experts;
+      HYLA_ASSIGN_OR_RETURN(w.experts_gate_up, stack_blocks(E, [&](int64_t e) -> Result<Tensor> {
+                              const std::string q = str_cat(p, "experts.", e, ".");
+                              HYLA_ASSIGN_OR_RETURN(Tensor gate, get(q + "gate_proj.weight"));
+                              HYLA_ASSIGN_OR_RETURN(Tensor up, get(q + "up_proj.weight"));
+                              return concat_rows({gate, up});
+                            }));
+      HYLA_ASSIGN_OR_RETURN(w.experts_down, stack_blocks(E, [&](int64_t e) {
+                              return get(str_cat(p, "experts.", e, ".down_proj.weight"));
+                            }));
     }
     if (c_.moe.shared_intermediate > 0) {
       HYLA_ASSIGN_OR_RETURN(w.shared, swiglu(p + "shared_expert."));

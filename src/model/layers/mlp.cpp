@@ -4,6 +4,7 @@
 #include "kernels/linear.h"
 #include "kernels/moe_align.h"
 #include "kernels/moe_combine.h"
+#include "kernels/moe_grouped_linear.h"
 #include "kernels/moe_route.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/situ_glu.h"
@@ -64,9 +65,10 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
   }
 
   // Experts: sort the T * K (token, k) slots by expert (stable by slot), gather their rows into
-  // that order, run each expert's MLP on its contiguous block of rows, then sum the weighted rows
-  // back per token (in ascending expert order, fixed on every device).
-  const int64_t N = T * K;
+  // that order, run every expert's MLP on its contiguous block of rows (two grouped projections
+  // that read the blocks from the device, the GLU on all rows), then sum the weighted rows back
+  // per token (in ascending expert order, fixed on every device).
+  const int64_t N = T * K, I = w.experts_down.size(2);
   Tensor offsets = Tensor::empty({E + 1}, DType::kI32, device);
   Tensor sorted_slots = Tensor::empty({N}, DType::kI32, device);
   Tensor slot_positions = Tensor::empty({T, K}, DType::kI32, device);
@@ -76,24 +78,31 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
                                            .sorted_slots = sorted_slots,
                                            .slot_positions = slot_positions}));
   Tensor expert_x = Tensor::empty({N, width}, DType::kF32, device);
-  Tensor expert_y = Tensor::empty({N, width}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::moe_permute(
       {.x = expert_in, .sorted_slots = sorted_slots, .top_k = K, .y = expert_x}));
-  // The experts' row counts decide the GEMM shapes, so the offsets come to the host: on a CUDA
-  // model one device -> host copy (a stream sync) per MoE layer. A grouped GEMM that reads the
-  // offsets on the device would remove it.
-  const Tensor host_offsets = offsets.device().is_cpu() ? offsets : offsets.to(Device::cpu());
-  const int32_t* offset = host_offsets.host<int32_t>();
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t begin = offset[e], end = offset[e + 1];
-    if (begin < 0 || begin > end || end > N)
-      return internal_error("moe_forward: moe_align gave expert ", e, " the rows [", begin, ", ",
-                            end, ") of ", N);
-    if (begin == end) continue;
-    HYLA_RETURN_IF_ERROR(dense_mlp_forward(w.experts[size_t(e)], act,
-                                           expert_x.view().slice(begin, end),
-                                           expert_y.view().slice(begin, end)));
-  }
+  // the tile table of the CUDA body (both projections have the same rows, one after the other)
+  Tensor workspace;
+  if (device.is_cuda())
+    workspace =
+        Tensor::empty({kernels::moe_grouped_linear_workspace_bytes(E, N) / 4}, DType::kI32, device);
+  Tensor gate_up = Tensor::empty({N, 2 * I}, DType::kF32, device);
+  HYLA_RETURN_IF_ERROR(kernels::moe_grouped_linear({.x = expert_x,
+                                                    .weight = w.experts_gate_up,
+                                                    .expert_offsets = offsets,
+                                                    .workspace = workspace,
+                                                    .y = gate_up}));
+  Tensor h = Tensor::empty({N, I}, DType::kF32, device);
+  HYLA_RETURN_IF_ERROR(
+      act.kind == GluKind::kSitu
+          ? kernels::situ_and_mul(
+                {.x = gate_up, .beta = act.beta, .linear_beta = act.linear_beta, .y = h})
+          : kernels::silu_and_mul({.x = gate_up, .y = h}));
+  Tensor expert_y = Tensor::empty({N, width}, DType::kF32, device);
+  HYLA_RETURN_IF_ERROR(kernels::moe_grouped_linear({.x = h,
+                                                    .weight = w.experts_down,
+                                                    .expert_offsets = offsets,
+                                                    .workspace = workspace,
+                                                    .y = expert_y}));
 
   // Shared expert(s): always on; Qwen scales them by sigmoid(x . shared_gate).
   Tensor shared, shared_gate;

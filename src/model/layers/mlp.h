@@ -5,8 +5,6 @@
 // latent width, see moe_forward).
 #pragma once
 
-#include <vector>
-
 #include "core/tensor.h"
 #include "model/config.h"
 
@@ -18,14 +16,16 @@ struct DenseMlpWeights {
 };
 
 struct MoeWeights {
-  Tensor router;                         ///< [E, hidden]
-  Tensor correction_bias;                ///< [E], selection only (Kimi); undefined otherwise
-  std::vector<DenseMlpWeights> experts;  ///< at the latent width when latent_down is defined
-  DenseMlpWeights shared;                ///< shared expert(s) fused; undefined when there are none
-  Tensor shared_gate;                    ///< [1, hidden] (Qwen); undefined otherwise
-  Tensor latent_down;  ///< [latent, hidden] routed_expert_down_proj (K3); undefined otherwise
-  Tensor latent_norm;  ///< [latent] routed_expert_norm (latent_moe_use_norm); may be undefined
-  Tensor latent_up;    ///< [hidden, latent] routed_expert_up_proj
+  Tensor router;           ///< [E, hidden]
+  Tensor correction_bias;  ///< [E], selection only (Kimi); undefined otherwise
+  /// Routed experts stacked, width = latent when latent_down is defined, else hidden:
+  Tensor experts_gate_up;  ///< [E, 2 I, width]: expert e's rows [gate | up]
+  Tensor experts_down;     ///< [E, width, I]
+  DenseMlpWeights shared;  ///< shared expert(s) fused; undefined when there are none
+  Tensor shared_gate;      ///< [1, hidden] (Qwen); undefined otherwise
+  Tensor latent_down;      ///< [latent, hidden] routed_expert_down_proj (K3); undefined otherwise
+  Tensor latent_norm;      ///< [latent] routed_expert_norm (latent_moe_use_norm); may be undefined
+  Tensor latent_up;        ///< [hidden, latent] routed_expert_up_proj
 };
 
 /// x: [T, width] f32; out: [T, width] f32.
@@ -35,9 +35,10 @@ Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, con
 /// x: [T, hidden] f32; out: [T, hidden] f32. The router reads x; routed experts read x, or with a
 /// latent MoE z = x W_down^T and then out = rmsnorm(sum_k w_k expert_k(z)) W_up^T; shared experts
 /// read x. topk_ids / topk_weights, when given, receive the routing ([T, top_k] i32 / f32).
-/// Runs on x's device (weights there too): route, moe_align, moe_permute, one GEMM pair per
-/// non-empty expert on its block of rows, moe_combine; on CUDA the expert offsets are copied to
-/// the host once per call (a stream sync) to size those GEMMs.
+/// Runs on x's device (weights there too): route, moe_align, moe_permute, moe_grouped_linear
+/// (gate_up) over all experts' row blocks at once, the GLU on all T * top_k rows,
+/// moe_grouped_linear (down), moe_combine. The expert offsets stay on the device: no host sync
+/// and a fixed number of launches per call, whatever the routing.
 Status moe_forward(const MoeWeights& w, const ModelConfig& config, const TensorView& x,
                    const TensorView& out, Tensor* topk_ids = nullptr,
                    Tensor* topk_weights = nullptr);

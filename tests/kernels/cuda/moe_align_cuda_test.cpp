@@ -27,11 +27,18 @@ struct AlignCase {
 };
 
 const AlignCase kCases[] = {
-    {0, 2, 4, 4, false, false},         {1, 1, 1, 1, false, false},
-    {5, 2, 4, 4, false, false},         {7, 3, 16, 5, false, true},
-    {33, 8, 64, 64, false, true},       {100, 4, 37, 20, true, false},
-    {1000, 10, 512, 512, false, false}, {257, 8, 256, 256, false, true},
+    {0, 2, 4, 4, false, false},
+    {1, 1, 1, 1, false, false},
+    {5, 2, 4, 4, false, false},
+    {7, 3, 16, 5, false, true},
+    {33, 8, 64, 64, false, true},
+    {100, 4, 37, 20, true, false},
+    {1000, 10, 512, 512, false, false},
+    {257, 8, 256, 256, false, true},
     {300, 1, 3, 3, true, false},
+    // the H200 benchmark prefill (T 4096 x top-10 over 512 experts); N not a multiple of 128
+    {4096, 10, 512, 512, false, false},
+    {333, 7, 100, 90, true, true},
 };
 
 /// [T, K] ids in a (possibly strided) host storage: distinct experts per token unless `repeats`,

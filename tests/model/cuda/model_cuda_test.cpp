@@ -44,7 +44,8 @@ constexpr double kCudaVsCpuSpreads = 8;
 /// not: 2^-9 relative per input element. About 4 such GEMMs per layer feed the logits (mixer in and
 /// out, MLP up and down) through a normalised residual stream, so independent roundings add in
 /// quadrature: sqrt(4 L) 2^-9 of the logits' scale (max |logit| of the step). Decode steps (T <=
-/// 16) read f32 x but carry the prefill's state.
+/// 16) read f32 x in the dense projections but carry the prefill's state; the routed experts'
+/// grouped GEMMs (moe_grouped_linear) round x at every step, as the MLP up and down counted here.
 double bf16_gemm_bound(int64_t layers, double max_abs_logit) {
   return std::sqrt(4.0 * double(layers)) * std::ldexp(1.0, -9) * max_abs_logit;
 }
