@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -71,9 +72,13 @@ struct Args {
   float* ws_acc;       // [T, HQ, splits, d_v]
 };
 
+/// Floats between key rows in shared memory: a multiple of 4 that is 4 mod 8, so the float4 reads
+/// of 8 lanes (8 consecutive rows, one quarter-warp phase) start in 8 different bank quads.
+__host__ __device__ constexpr int key_stride(int dq4) { return dq4 % 8 == 0 ? dq4 + 4 : dq4; }
+
 /// Shared-memory floats of a block of `rows` query rows.
 int64_t smem_floats(int dq4, int dv4, int rows) {
-  return int64_t(kTileKeys) * (dq4 + 4) + int64_t(kTileKeys) * dv4 + int64_t(rows) * dq4 +
+  return int64_t(kTileKeys) * key_stride(dq4) + int64_t(kTileKeys) * dv4 + int64_t(rows) * dq4 +
          int64_t(rows) * kTileKeys;
 }
 
@@ -142,8 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   extern __shared__ float4 smem4[];
   __shared__ int key_page[kTileKeys];  // page of each tile position, -1: skipped
   __shared__ int key_row[kTileKeys];
-  const int ks_stride = a.dq4 + 4;  // +4 floats: lanes' float4 reads of 8 rows hit 32 banks
-  float* const ks = reinterpret_cast<float*>(smem4);  // [kTileKeys, dq4 + 4]
+  const int ks_stride = key_stride(a.dq4);
+  float* const ks = reinterpret_cast<float*>(smem4);  // [kTileKeys, ks_stride]
   float* const vs = ks + kTileKeys * ks_stride;       // [kTileKeys, dv4]
   float* const qs = vs + kTileKeys * a.dv4;           // [kRows, dq4]
   float* const ps = qs + kRows * a.dq4;               // [kRows, kTileKeys]
@@ -158,8 +163,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(const __grid_con
   } else {
     const int x = int(blockIdx.x);
     b = tile_sequence(a.cu_seqlens, a.B, a.bq, x);
-    i0 = (x - (a.cu_seqlens[b] / a.bq + b)) * a.bq;
-    if (i0 >= a.cu_seqlens[b + 1] - a.cu_seqlens[b]) return;  // surplus block, whole block
+    const int tile = x - (a.cu_seqlens[b] / a.bq + b), n = a.cu_seqlens[b + 1] - a.cu_seqlens[b];
+    const int tiles = (n + a.bq - 1) / a.bq;
+    if (tile >= tiles) return;       // surplus block (the whole block leaves)
+    i0 = (tiles - 1 - tile) * a.bq;  // the last (longest) tiles first: a shorter tail of blocks
   }
   const int first = a.cu_seqlens[b], n_b = a.cu_seqlens[b + 1] - first;
   const int64_t past_b = a.past[b];
@@ -440,26 +447,24 @@ Args<P> make_args(const PagedAttentionParams& p) {
   return a;
 }
 
-/// Sets the kernel's dynamic shared-memory limit to the device's opt-in maximum (once per kernel).
+/// Raises `kernel`'s dynamic shared-memory limit to `bytes` when `allowed` (that kernel's limit so
+/// far; the default is 48 KB) is below: d 256 needs ~75 KB, d 512 up to ~170 KB of the H200's 227.
 template <typename Kernel>
-void allow_large_smem(Kernel kernel) {
-  static const bool done = [&] {
-    int device = 0, optin = 0;
-    HYLA_CUDA_CHECK(cudaGetDevice(&device));
-    HYLA_CUDA_CHECK(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    HYLA_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    return true;
-  }();
-  (void)done;
+void allow_smem(Kernel kernel, size_t bytes, std::atomic<size_t>& allowed) {
+  if (bytes <= allowed.load()) return;
+  HYLA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  size_t seen = allowed.load();
+  while (seen < bytes && !allowed.compare_exchange_weak(seen, bytes)) {
+  }
 }
 
 template <typename P, int RW, int VC>
 void launch(const Args<P>& a, int64_t blocks_x, cudaStream_t stream) {
   const auto kernel = attention_kernel<P, RW, VC>;
-  allow_large_smem(kernel);
   const size_t smem = size_t(smem_floats(a.dq4, a.dv4, kWarps * RW)) * sizeof(float);
+  static std::atomic<size_t> allowed{48 * 1024};  // one limit per instantiation
+  allow_smem(kernel, smem, allowed);
   const dim3 grid(unsigned(blocks_x), unsigned(a.head_chunks * (a.HQ / a.group)),
                   unsigned(a.splits));  // (token or query tile, kv head x head chunk, split)
   kernel<<<grid, kThreads, smem, stream>>>(a);
