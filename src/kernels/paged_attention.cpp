@@ -2,7 +2,9 @@
 // CPU or CUDA body.
 #include "kernels/paged_attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/check.h"
 #include "core/op_times.h"
@@ -69,10 +71,49 @@ Status check_paged_attention(const PagedAttentionParams& p) {
   for (const TensorView* in : {&p.q, &p.k_pages, &p.k_rope_pages, &p.v_pages, &p.gate})
     if (in->defined() && in->raw() == p.o.raw())
       return invalid_argument(op, ": o aliases an input; the output needs its own memory");
-  return check_page_index(op, p.index, T, num_pages, page_size, device, /*writes=*/false);
+  if (p.decode_splits < 0 || p.decode_splits > kPagedAttentionMaxSplits)
+    return invalid_argument(op, ": decode_splits is ", p.decode_splits, ", expected 0 (auto) to ",
+                            kPagedAttentionMaxSplits);
+  HYLA_RETURN_IF_ERROR(
+      check_page_index(op, p.index, T, num_pages, page_size, device, /*writes=*/false));
+  const int64_t need = paged_attention_workspace_bytes(p);
+  if (need == 0) return ok_status();
+  if (!p.workspace.defined())
+    return invalid_argument(op, ": workspace is missing; this call needs ", need,
+                            " bytes (paged_attention_workspace_bytes)");
+  HYLA_RETURN_IF_ERROR(check_contiguous(op, "workspace", p.workspace));
+  HYLA_RETURN_IF_ERROR(check_device(op, "workspace", p.workspace, device));
+  const int64_t have = p.workspace.numel() * dtype_size(p.workspace.dtype());
+  if (have < need)
+    return invalid_argument(op, ": workspace holds ", have, " bytes, expected at least ", need,
+                            " (paged_attention_workspace_bytes)");
+  if (reinterpret_cast<uintptr_t>(p.workspace.raw()) % 16 != 0)
+    return invalid_argument(op, ": workspace is not 16-byte aligned");
+  return ok_status();
 }
 
 }  // namespace
+
+int64_t paged_attention_splits(const PagedAttentionParams& p) {
+  const int64_t T = p.q.size(0), B = p.index.cu_seqlens.size(0) - 1;
+  if (!p.q.device().is_cuda() || T != B || T < 1) return 1;
+  if (p.decode_splits > 0) return p.decode_splits;
+  // two waves of 132 SMs; a split of fewer than 64 keys costs more in the merge than it saves
+  constexpr int64_t kTargetBlocks = 2 * 132, kMinKeysPerSplit = 64;
+  const int64_t max_context = p.index.page_table.size(1) * p.k_pages.size(1);
+  const int64_t units = T * p.k_pages.size(2);
+  const int64_t by_blocks = (kTargetBlocks + units - 1) / units;
+  const int64_t by_keys = (max_context + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+  return std::clamp<int64_t>(std::min(by_blocks, by_keys), 1, kPagedAttentionMaxSplits);
+}
+
+int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p) {
+  const int64_t splits = paged_attention_splits(p);
+  if (splits <= 1) return 0;
+  // [T, HQ, splits] (max, sum) pairs, padded to 16 bytes, then [T, HQ, splits, d_v] outputs
+  const int64_t partials = p.q.size(0) * p.q.size(1) * splits;
+  return int64_t(sizeof(float)) * ((2 * partials + 3) / 4 * 4 + partials * p.v_pages.size(3));
+}
 
 Status paged_attention(const PagedAttentionParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_paged_attention(p));

@@ -11,6 +11,9 @@
 // The new tokens' k / v must already be in the pages (kv_page_write). Pages are f32 or bf16 (read
 // as fp32); positions map to pages as in kernels/kv_pages.h. On CUDA, a page id outside
 // [0, num_pages) is skipped (its keys take no weight); a row whose keys are all skipped is 0.
+// CUDA paths (kernels/cuda/paged_attention.cu): decode (T = B, one query token per sequence)
+// splits each sequence's keys over several blocks and merges their partial softmax sums (the
+// partials live in `workspace`); prefill (T > B) runs query tiles of one sequence per block.
 #pragma once
 
 #include "core/tensor.h"
@@ -30,11 +33,31 @@ struct PagedAttentionParams {
   float scale = 0.0f;  ///< 0 = d_qk^-1/2 (HF: head_dim ** -0.5)
   TensorView gate{};   ///< optional [T, HQ, d_v] f32, last dim contiguous
   TensorView o;        ///< out [T, HQ, d_v] f32, last dim contiguous; aliases no input
+  /// CUDA decode path: scratch of at least paged_attention_workspace_bytes(*this) bytes (any
+  /// dtype), contiguous, 16-byte aligned, on the kernel's device; not needed when that is 0 (CPU,
+  /// prefill, one key split). Calls that may run at the same time need separate workspaces.
+  TensorView workspace{};
+  /// CUDA decode path: 0 picks the number of key splits per sequence from the shapes; n in
+  /// [1, kPagedAttentionMaxSplits] forces n (tests reach the merge of many splits and of one).
+  int decode_splits = 0;
 };
 // Every view's other strides are honoured.
 
-/// Largest d_qk and d_v the CUDA body takes (each lane of a warp holds d / 32 of them).
+/// Largest d_qk and d_v the CUDA body takes (its shared-memory tiles and registers are sized for
+/// it).
 inline constexpr int64_t kPagedAttentionMaxHeadDim = 512;
+/// Largest PagedAttentionParams::decode_splits.
+inline constexpr int kPagedAttentionMaxSplits = 1024;
+
+/// Key splits per sequence of the CUDA decode path for this call's shapes (T = B): enough blocks
+/// (T * HKV * splits) for about two waves of an H200's 132 SMs, at least 64 keys a split of the
+/// longest context the page table holds (max_pages * page_size); decode_splits when set. 1 when
+/// the call takes the prefill path (T != B) or runs on the CPU.
+int64_t paged_attention_splits(const PagedAttentionParams& p);
+
+/// Bytes of PagedAttentionParams::workspace the call needs: with s = paged_attention_splits(p) > 1,
+/// T * HQ * s partial results (running max, sum, d_v unnormalised outputs; f32), else 0.
+int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p);
 
 Status paged_attention(const PagedAttentionParams& p, Stream stream = {});
 

@@ -190,6 +190,10 @@ TEST(PagedAttentionTest, RejectsBadArguments) {
        "paged_attention: scale is nan"},
       {"missing_v", [&](PagedAttentionParams& p) { p.v_pages = {}; },
        "paged_attention: v_pages is missing"},
+      {"decode_splits", [&](PagedAttentionParams& p) { p.decode_splits = -1; },
+       "paged_attention: decode_splits is -1, expected 0 (auto) to 1024"},
+      {"decode_splits_many", [&](PagedAttentionParams& p) { p.decode_splits = 1025; },
+       "paged_attention: decode_splits is 1025, expected 0 (auto) to 1024"},
   };
   for (const ErrorCase& e : cases) {
     SCOPED_TRACE(e.name);

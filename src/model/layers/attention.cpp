@@ -100,15 +100,22 @@ Status attention_forward(const AttentionWeights& w, const ModelConfig& config, c
 
   // o = softmax(q k^T / sqrt(hd), causal) v over each sequence's pages, times sigmoid(gate)
   Tensor o = Tensor::empty({T, nh, hd}, DType::kF32, device);
-  HYLA_RETURN_IF_ERROR(
-      kernels::paged_attention({.q = q,
-                                .k_pages = pages.k,
-                                .k_rope_pages = {},
-                                .v_pages = pages.v,
-                                .index = batch.index(),
-                                .scale = 0.0f,
-                                .gate = a.output_gate ? q_and_gate.narrow(2, hd, hd) : TensorView(),
-                                .o = o}));
+  kernels::PagedAttentionParams attn{
+      .q = q,
+      .k_pages = pages.k,
+      .k_rope_pages = {},
+      .v_pages = pages.v,
+      .index = batch.index(),
+      .scale = 0.0f,
+      .gate = a.output_gate ? q_and_gate.narrow(2, hd, hd) : TensorView(),
+      .o = o};
+  // CUDA decode: the key splits' partial results (stream-ordered, freed with the call)
+  Tensor workspace;
+  if (const int64_t bytes = kernels::paged_attention_workspace_bytes(attn); bytes > 0) {
+    workspace = Tensor::empty({bytes}, DType::kU8, device);
+    attn.workspace = workspace;
+  }
+  HYLA_RETURN_IF_ERROR(kernels::paged_attention(attn));
   return kernels::linear(
       {.x = o.view().reshape({T, nh * hd}), .weight = w.o_proj, .bias = {}, .y = out});
 }

@@ -86,15 +86,22 @@ Status latent_attention_forward(const LatentAttentionWeights& w, const ModelConf
 
   // o = softmax(q k^T (nope + rope)^-1/2, causal) v, times the gate
   Tensor o = Tensor::empty({T, nh, d_v}, DType::kF32, device);
-  HYLA_RETURN_IF_ERROR(kernels::paged_attention(
-      {.q = q.view().unflatten_last(nh, d_qk),
-       .k_pages = kv_pages.narrow(3, 0, nope),
-       .k_rope_pages = latent.view().narrow(3, rank, rope),
-       .v_pages = kv_pages.narrow(3, nope, d_v),
-       .index = blocks,
-       .scale = 1.0f / std::sqrt(float(d_qk)),
-       .gate = gate.defined() ? gate.view().unflatten_last(nh, d_v) : TensorView(),
-       .o = o}));
+  kernels::PagedAttentionParams attn{
+      .q = q.view().unflatten_last(nh, d_qk),
+      .k_pages = kv_pages.narrow(3, 0, nope),
+      .k_rope_pages = latent.view().narrow(3, rank, rope),
+      .v_pages = kv_pages.narrow(3, nope, d_v),
+      .index = blocks,
+      .scale = 1.0f / std::sqrt(float(d_qk)),
+      .gate = gate.defined() ? gate.view().unflatten_last(nh, d_v) : TensorView(),
+      .o = o};
+  // CUDA decode: the key splits' partial results (stream-ordered, freed with the call)
+  Tensor workspace;
+  if (const int64_t bytes = kernels::paged_attention_workspace_bytes(attn); bytes > 0) {
+    workspace = Tensor::empty({bytes}, DType::kU8, device);
+    attn.workspace = workspace;
+  }
+  HYLA_RETURN_IF_ERROR(kernels::paged_attention(attn));
 
   // out = o W_o^T
   return kernels::linear(
