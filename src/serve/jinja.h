@@ -10,13 +10,21 @@
 // unpacking; break / continue); set (tuples, blocks, namespace attributes); macros (defaults,
 // varargs, kwargs) and call blocks (caller); filter blocks; literals; arithmetic (+ - * / // % **),
 // ~, comparisons, and / or / not, in / not in, x if c else y; is-tests; subscripts and slices;
-// string, dict and list methods; filters; the globals namespace, range, raise_exception,
-// strftime_now. See src/serve/README.md for the lists.
+// the globals namespace, range, raise_exception, strftime_now (%Y %m %d %b %B %H %M). Filters:
+// tojson (indent, ensure_ascii, sort_keys, separators), length/count, trim, upper, lower, title,
+// capitalize, join, first, last, default/d, list, string, int, float, abs, round, bool, items,
+// keys, values, dictsort, map (attribute= or a filter), select / reject / selectattr / rejectattr,
+// unique, sort, reverse, replace, indent, safe. Tests: defined, undefined, none, boolean, true,
+// false, string, number, integer, float, mapping, iterable, sequence, callable, odd, even, lower,
+// upper, equalto/eq/sameas, ne, divisibleby, in, gt/lt/ge/le. Methods: str.upper, lower, title,
+// capitalize, strip/lstrip/rstrip(chars), startswith/endswith (str or tuple), split(sep,
+// maxsplit), replace(old, new, count), join, format, .length; dict.get, items, keys, values,
+// dictsort; list.length.
 //
 // Where @huggingface/jinja fails or differs from Python's Jinja2 in a way a template cannot rely
 // on, this follows Jinja2: strip / lstrip / rstrip honour their `chars` argument (HF ignores it);
-// select, reject, round, divisibleby and the like exist; iterating undefined yields nothing;
-// a for loop's else runs only when there was no item; division by zero is an error. upper, lower,
+// select, reject, round, divisibleby and the like exist; iterating undefined yields nothing and a
+// string its characters; division by zero is an error. upper, lower,
 // title and capitalize change ASCII letters only.
 #pragma once
 

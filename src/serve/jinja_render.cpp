@@ -740,6 +740,7 @@ class Interpreter {
       items = std::move(kept);
     }
     const int64_t length = static_cast<int64_t>(items.size());
+    bool completed = false;  // an iteration ran to its end: else is skipped
     for (int64_t i = 0; i < length; ++i) {
       Object loop;
       loop.set("index", Value::integer(i + 1));
@@ -753,9 +754,13 @@ class Interpreter {
       loop.set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value());
       loop_scope->vars["loop"] = Value::object(std::move(loop));
       assign(*n.a, items[static_cast<size_t>(i)], loop_scope);
-      if (exec(n.body, loop_scope, out) == Flow::kBreak) break;
+      const Flow flow = exec(n.body, loop_scope, out);
+      if (flow == Flow::kBreak) break;
+      if (flow == Flow::kNormal) completed = true;
     }
-    if (items.empty() && exec(n.orelse, loop_scope, out) != Flow::kNormal)
+    // As in Jinja2 and @huggingface/jinja: else runs when no iteration reached its end (no items,
+    // or each one left by break / continue).
+    if (!completed && exec(n.orelse, loop_scope, out) != Flow::kNormal)
       fail_at(n, "{% break %} or {% continue %} in a for loop's else block");
     return Flow::kNormal;
   }
@@ -1332,7 +1337,7 @@ class Interpreter {
       const double x = v.as_double() * scale;
       double r = 0;
       if (method == "common")
-        r = std::round(x);
+        r = std::nearbyint(x);  // Python's round(): halves to even
       else if (method == "ceil")
         r = std::ceil(x);
       else if (method == "floor")

@@ -246,6 +246,13 @@ std::string float_text(double x) {
   return js_number(x);
 }
 
+// @huggingface/jinja's integers are JavaScript numbers: beyond 2^53 they print rounded.
+std::string int_text(int64_t i) {
+  constexpr int64_t kExact = int64_t{1} << 53;
+  if (i > kExact || i < -kExact) return js_number(static_cast<double>(i));
+  return std::to_string(i);
+}
+
 [[noreturn]] void value_error(const std::string& message) { throw Error(kNoOffset, message); }
 
 void append_hex4(std::string& out, unsigned code) {
@@ -325,7 +332,7 @@ void append_json(std::string& out, const Value& v, const JsonOptions& o, int dep
     case Kind::kNone: out += "null"; return;
     case Kind::kUndefined: out += o.undefined_as_null ? "null" : "undefined"; return;
     case Kind::kBool: out += v.as_bool() ? "true" : "false"; return;
-    case Kind::kInt: out += std::to_string(v.as_int()); return;
+    case Kind::kInt: out += int_text(v.as_int()); return;
     case Kind::kFloat: {
       const double f = v.as_double();
       out += std::isfinite(f) ? js_number(f) : "null";
@@ -385,7 +392,7 @@ std::string to_text(const Value& v) {
     case Kind::kUndefined: return "undefined";
     case Kind::kNone: return "null";
     case Kind::kBool: return v.as_bool() ? "true" : "false";
-    case Kind::kInt: return std::to_string(v.as_int());
+    case Kind::kInt: return int_text(v.as_int());
     case Kind::kFloat: return float_text(v.as_double());
     case Kind::kString: return v.as_string();
     case Kind::kFunction: value_error("cannot print a function (a macro or method) as text");
