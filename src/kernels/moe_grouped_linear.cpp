@@ -6,6 +6,7 @@
 #include <climits>
 
 #include "core/check.h"
+#include "core/op_times.h"
 
 namespace hyla::kernels {
 
@@ -100,6 +101,7 @@ Status check_moe_grouped_linear(const MoeGroupedLinearParams& p) {
 
 Status moe_grouped_linear(const MoeGroupedLinearParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_grouped_linear(p));
+  const OpScope scope("moe_grouped_linear", p.x.device(), stream);
   if (p.x.device().is_cpu()) {
     cpu::moe_grouped_linear(p);
     return ok_status();
