@@ -55,11 +55,10 @@ CudaGraph& CudaGraph::operator=(CudaGraph&& other) noexcept {
 Result<CudaGraph> CudaGraph::capture(Stream stream, const std::function<Status()>& body) {
   cudaError_t err = cudaStreamBeginCapture(as_cuda(stream), cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return cuda_error("CUDA graph capture: begin", err);
-  Status status = ok_status();
-  {
+  const Status status = [&] {
     const CurrentStream on(stream);
-    status = body();
-  }
+    return body();
+  }();
   cudaGraph_t graph = nullptr;
   err = cudaStreamEndCapture(as_cuda(stream), &graph);
   if (!status.ok()) {
@@ -78,7 +77,7 @@ Result<CudaGraph> CudaGraph::capture(Stream stream, const std::function<Status()
   err = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
   if (err != cudaSuccess) return cuda_error("CUDA graph instantiate", err);
   out.exec_ = exec;
-  return out;
+  return Result<CudaGraph>(std::move(out));
 }
 
 Status CudaGraph::launch(Stream stream) const {

@@ -72,10 +72,14 @@ TEST(ArgmaxCudaTest, MatchesCpu) {
                       .first_bad_value = value}));
     const Tensor gpu = on_gpu(storage);
     Tensor g_ids = poisoned_gpu({B}, DType::kI32), g_bad = poisoned_gpu({B}, DType::kI32),
-           g_first = poisoned_gpu({B}, DType::kI32);
-    ASSERT_OK(
-        argmax({.logits = rows(gpu), .ids = g_ids, .non_finite = g_bad, .first_bad = g_first}));
-    const Tensor h_ids = on_host(g_ids), h_bad = on_host(g_bad), h_first = on_host(g_first);
+           g_first = poisoned_gpu({B}, DType::kI32), g_value = poisoned_gpu({B}, DType::kF32);
+    ASSERT_OK(argmax({.logits = rows(gpu),
+                      .ids = g_ids,
+                      .non_finite = g_bad,
+                      .first_bad = g_first,
+                      .first_bad_value = g_value}));
+    const Tensor h_ids = on_host(g_ids), h_bad = on_host(g_bad), h_first = on_host(g_first),
+                 h_value = on_host(g_value);
     for (int64_t b = 0; b < B; ++b) {
       EXPECT_EQ(h_ids.host<int32_t>()[b], ids.host<int32_t>()[b]) << "row " << b;
       EXPECT_EQ(h_bad.host<int32_t>()[b], bad.host<int32_t>()[b]) << "row " << b;
