@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): the whole model on the GPU.
-#   bash tools/gpu/model.sh [tests|demo|ckpt|bench|llama-build|llama-bench|sidebyside|all]...
+#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|all]...
 #   (default: tests demo)
 # tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
-# embedded demo model. ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
+# embedded demo model. kbench: the kernel benchmarks of bench/ (paged attention, MoE). ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
 # tokenizer from third_party_peer/qwen3_tokenizer) into $WORK/bench-ckpt (kept while the machine is warm).
 # bench: `hyla bench` on it (table + JSON). llama-build: llama.cpp from third_party_peer/llamacpp.tar.gz and
 # its GGUF conversion of the checkpoint (../shared/tools/llamacpp_side_by_side.sh build convert, ~6 min);
@@ -29,10 +29,11 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,nohead
 echo "git there: $(git rev-parse --short HEAD 2>/dev/null), $(git status --short 2>/dev/null | wc -l) changed paths"
 start=$SECONDS
 source tools/gpu/tokenizer_deps.sh
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON -DHYLA_BENCH=OFF \
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON -DHYLA_BENCH=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a > "$LOGS/configure.log" 2>&1 || { tail -30 "$LOGS/configure.log"; exit 1; }
 targets=(hyla_cli)
 want tests && targets+=(hyla_gpu_tests)
+want kbench && targets+=(hyla_bench_paged_attention hyla_bench_moe hyla_bench_linear)
 cmake --build build-gpu -j 16 --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
   { grep -E "error" -A5 "$LOGS/build.log" | head -80; exit 1; }
 echo "build: $((SECONDS - start)) s"
@@ -59,6 +60,12 @@ if want demo; then
     echo "== demo on the CPU (ids)"
     timeout 120 $hyla generate --device cpu --max-new-tokens 48 --prompt-ids "$ids" 2>&1 | tail -3
   fi
+fi
+if want kbench; then
+  for b in paged_attention moe; do
+    echo "== hyla_bench_$b"
+    timeout 200 ./build-gpu/bin/hyla_bench_$b 2>&1 | tail -30
+  done
 fi
 ckpt=$WORK/bench-ckpt
 if want ckpt && [[ ! -f $ckpt/config.json ]]; then
