@@ -8,7 +8,7 @@
 // order); more tokens a cuBLASLt GEMM with fp32 accumulation (no TF32): f32 weights x f32 x, or
 // bf16 weights x bf16 x, where an f32 x is rounded to bf16 first (nearest even): each x element
 // moves by <= 2^-8 of itself, so y moves by <= 2^-8 sum_k |x w| (about 2^-8 sqrt(sum_k (x w)^2)
-// for independent roundings); f16 weights take the direct kernel 16 tokens at a time.
+// for independent roundings); f16 weights take the direct kernel 4 tokens at a time.
 // Layouts: x and y may have any row stride (y may be a column slice of a wider buffer); the
 // weight is contiguous [N, K] (the checkpoint's [out_features, in_features]).
 #pragma once
@@ -32,7 +32,7 @@ struct LinearParams {
 
 /// On CUDA, calls with at most this many tokens read x as given (the direct kernel); beyond it a
 /// bf16 weight multiplies x rounded to bf16.
-inline constexpr int64_t kLinearCudaDirectMaxTokens = 16;
+inline constexpr int64_t kLinearCudaDirectMaxTokens = 4;
 
 Status linear(const LinearParams& p, Stream stream = {});
 

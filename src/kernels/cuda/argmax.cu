@@ -1,7 +1,9 @@
 // CUDA body of the greedy pick (see kernels/argmax.h): one block per row. Each thread scans its
-// strided columns in ascending order (strict >, so its lowest id wins a tie), then the block
-// reduces (value, id) pairs taking the larger value and, on equal values, the lower id; NaN is
-// never greater, so it is never picked. The census (count, lowest non-finite id) reduces beside.
+// strided columns kUnroll loads at a time (independent loads in flight: one block reads a whole
+// vocabulary row), keeping the larger value and, on equal values, the lower id, with NaN counted
+// as -inf (the lowest id of the maxima: exactly the CPU's strict-> scan from a cleaned row[0]);
+// then the block reduces the (value, id) pairs the same way. The census (count, lowest non-finite
+// id) reduces beside.
 #include <cstdint>
 
 #include "kernels/argmax.h"
@@ -11,7 +13,8 @@ namespace hyla::kernels::cuda {
 
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
+constexpr int kUnroll = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 struct ArgmaxArgs {
@@ -58,15 +61,26 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const __grid_constant_
   const float* row = a.logits + b * a.logits_stride;
   const int32_t V = int32_t(a.V);
   Best best{-INFINITY, V, 0, V};
-  for (int32_t v = threadIdx.x; v < V; v += kThreads) {
-    const float x = row[v];
-    if (x > best.value) {
-      best.value = x;
-      best.id = v;
+  for (int32_t base = 0; base < V; base += kThreads * kUnroll) {
+    float x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t v = base + u * kThreads + int32_t(threadIdx.x);
+      x[u] = v < V ? row[v] : -INFINITY;
     }
-    if (!isfinite(x)) {
-      ++best.bad;
-      best.first_bad = min(best.first_bad, v);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int32_t v = base + u * kThreads + int32_t(threadIdx.x);
+      if (v >= V) continue;
+      const float value = isnan(x[u]) ? -INFINITY : x[u];  // NaN counts as -inf
+      if (value > best.value || (value == best.value && v < best.id)) {
+        best.value = value;
+        best.id = v;
+      }
+      if (!isfinite(x[u])) {
+        ++best.bad;
+        best.first_bad = min(best.first_bad, v);
+      }
     }
   }
   best = warp_merge(best);

@@ -10,8 +10,8 @@
 //   even). Its output goes straight to y when cuBLASLt can write y's dtype and there is no bias;
 //   otherwise to f32 (y itself, or scratch when y is bf16) and finish_kernel adds the bias and
 //   rounds once. f16 weights, and shapes for which cuBLASLt offers no algorithm, take the direct
-//   kernel 16 tokens at a time (on the same x the GEMM would have read, so the numbers do not
-//   depend on which ran).
+//   kernel kLinearCudaDirectMaxTokens tokens at a time (on the same x the GEMM would have read, so
+//   the numbers do not depend on which ran).
 // cuBLASLt computes column-major: y^T [N, T] = W [K, N]^T (transposed) x^T [K, T], with leading
 // dimensions K, x's row stride and y's row stride.
 //
@@ -250,12 +250,11 @@ void run_direct(const void* x, DType x_dtype, int64_t x_stride, const TensorView
     p.x_bf16 = x_dtype == DType::kBF16;
     p.y_bf16 = y_dtype == DType::kBF16;
     auto launch = [&]<typename TW>(TW) {
+      static_assert(kLinearCudaDirectMaxTokens == 4, "the kT instantiations below cover 1..4");
       if (rows == 1) {
         launch_rows_kernel<TW, 1>(p, vec, stream);
-      } else if (rows <= 4) {
-        launch_rows_kernel<TW, 4>(p, vec, stream);
       } else {
-        launch_rows_kernel<TW, 16>(p, vec, stream);
+        launch_rows_kernel<TW, 4>(p, vec, stream);
       }
     };
     switch (weight.dtype()) {

@@ -1,6 +1,8 @@
-// CUDA body of the MoE combine (see kernels/moe_combine.h): one block per token. Its K
+// CUDA body of the MoE combine (see kernels/moe_combine.h): one block per (token, run of
+// kColumns columns), so a decode step of one token still spreads over several SMs. Its K
 // (position, weight) pairs go to shared memory and thread 0 sorts them by position (insertion
 // sort: K is small); then each thread sums its columns in that order, as the CPU body does.
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
@@ -12,6 +14,7 @@ namespace hyla::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int64_t kColumns = 256;               // columns per block
 constexpr int64_t kMaxSharedBytes = 48 * 1024;  // without the opt-in attribute
 
 struct CombineArgs {
@@ -55,7 +58,8 @@ __global__ void moe_combine_kernel(const __grid_constant__ CombineArgs a) {
   }
   const float s = a.shared_gate ? sigmoid(a.shared_gate[t * a.gate_row]) : 1.0f;
   float* dst = a.out + t * a.out_row;
-  for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) {
+  const int64_t end = std::min(a.width, (int64_t(blockIdx.y) + 1) * kColumns);
+  for (int64_t i = blockIdx.y * kColumns + threadIdx.x; i < end; i += blockDim.x) {
     float acc = a.accumulate ? dst[i] : 0.0f;
     if (a.expert_out) {
       for (int k = 0; k < a.K; ++k) {
@@ -103,7 +107,9 @@ Status moe_combine(const MoeCombineParams& p, Stream stream) {
   a.width = p.out.size(1);
   a.K = int(K);
   a.accumulate = p.accumulate;
-  moe_combine_kernel<<<unsigned(T), kThreads, size_t(shared_bytes), to_cuda(stream)>>>(a);
+  if (a.width == 0) return ok_status();
+  const dim3 grid(unsigned(T), unsigned(ceil_div(a.width, kColumns)));
+  moe_combine_kernel<<<grid, kThreads, size_t(shared_bytes), to_cuda(stream)>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
   return ok_status();
 }
