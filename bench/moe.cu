@@ -21,11 +21,14 @@
 #include "core/cuda_check.h"
 #include "core/device_memory.h"
 #include "core/tensor.h"
+#include "gpu_timing.cuh"
 #include "model/config.h"
 #include "model/layers/mlp.h"
 
 namespace hyla {
 namespace {
+
+using bench::time_calls;
 
 constexpr int64_t kHidden = 2048, kExperts = 512, kTopK = 10, kIntermediate = 512,
                   kSharedIntermediate = 512;
@@ -61,24 +64,6 @@ Tensor random_tensor(std::initializer_list<int64_t> shape, DType dtype, uint64_t
     fill_kernel<<<1024, 256>>>(t.data<float>(), t.numel(), seed, scale);
   HYLA_CUDA_CHECK(cudaGetLastError());
   return t;
-}
-
-/// Milliseconds per call of f(i) over `calls` calls after `warmup` untimed ones.
-template <typename F>
-double time_calls(int warmup, int calls, F&& f) {
-  for (int i = 0; i < warmup; ++i) f(i);
-  cudaEvent_t start, stop;
-  HYLA_CUDA_CHECK(cudaEventCreate(&start));
-  HYLA_CUDA_CHECK(cudaEventCreate(&stop));
-  HYLA_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < calls; ++i) f(warmup + i);
-  HYLA_CUDA_CHECK(cudaEventRecord(stop));
-  HYLA_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  HYLA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  HYLA_CUDA_CHECK(cudaEventDestroy(start));
-  HYLA_CUDA_CHECK(cudaEventDestroy(stop));
-  return double(ms) / calls;
 }
 
 struct Row {

@@ -17,10 +17,13 @@
 #include "core/cuda_check.h"
 #include "core/device_memory.h"
 #include "core/tensor.h"
+#include "gpu_timing.cuh"
 #include "kernels/paged_attention.h"
 
 namespace hyla {
 namespace {
+
+using bench::time_calls;
 
 constexpr int64_t kRotationBytes = 512ll << 20;  // well past the H200's 50 MB L2
 constexpr int64_t kHQ = 16, kHKV = 2, kHeadDim = 256, kPageSize = 64;
@@ -31,24 +34,6 @@ struct Row {
   double rate;  // GB/s or TFLOP/s
   const char* unit;
 };
-
-/// Milliseconds per call of f(i) over `calls` calls after `warmup` untimed ones.
-template <typename F>
-double time_calls(int warmup, int calls, F&& f) {
-  for (int i = 0; i < warmup; ++i) f(i);
-  cudaEvent_t start, stop;
-  HYLA_CUDA_CHECK(cudaEventCreate(&start));
-  HYLA_CUDA_CHECK(cudaEventCreate(&stop));
-  HYLA_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < calls; ++i) f(warmup + i);
-  HYLA_CUDA_CHECK(cudaEventRecord(stop));
-  HYLA_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  HYLA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  HYLA_CUDA_CHECK(cudaEventDestroy(start));
-  HYLA_CUDA_CHECK(cudaEventDestroy(stop));
-  return double(ms) / calls;
-}
 
 /// A device tensor filled with bytes 0x3c (0.0115 as f32 and as bf16: finite, equal scores).
 Tensor filled(std::initializer_list<int64_t> shape, DType dtype) {
