@@ -81,7 +81,17 @@ Result<const int32_t*> DecodeGraphs::run(const model::Batch& padded,
                                          model::HostStaging& staging) {
   const int64_t Bp = padded.num_sequences();
   const int64_t width = int64_t(padded.page_tables.front().size());
-  Shape& shape = shapes_[{Bp, width}];
+  const std::pair<int64_t, int64_t> key{Bp, width};
+  if (!shapes_.contains(key) && shapes_.size() >= kMaxShapes) {
+    auto oldest = shapes_.begin();
+    for (auto it = shapes_.begin(); it != shapes_.end(); ++it)
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    pinned_free(oldest->second.host);
+    shapes_.erase(oldest);
+    ++stats_.dropped;
+  }
+  Shape& shape = shapes_[key];
+  shape.last_used = ++clock_;
   if (!shape.summary.defined()) {
     shape.summary = Tensor::empty({4, Bp}, DType::kI32, model_.device());
     shape.host = static_cast<int32_t*>(pinned_alloc(size_t(4 * Bp) * sizeof(int32_t)));

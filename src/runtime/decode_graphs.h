@@ -9,6 +9,8 @@
 //   first step of a shape: runs eagerly, padded (so every lazily made resource, e.g. cuBLASLt
 //           scratch for that row count, exists before a capture); second: captured, then
 //           launched; later: Model::stage_step packs the batch into the same staging, replay.
+// At most kMaxShapes shapes are kept (each graph holds its own scratch on the device): the least
+// recently used one is dropped when a new shape comes.
 // Only greedy decode steps replay (sampling needs the logits on the host); models with Attention
 // Residuals or MLA run eagerly (their forward sizes work from host values of the step).
 #pragma once
@@ -26,10 +28,13 @@ struct DecodeGraphStats {
   int64_t captures = 0;  ///< graphs captured
   int64_t replays = 0;   ///< steps that replayed a graph (the capturing step included)
   int64_t eager = 0;     ///< padded steps that ran eagerly (a shape's first)
+  int64_t dropped = 0;   ///< shapes dropped to keep kMaxShapes
 };
 
 class DecodeGraphs {
  public:
+  static constexpr size_t kMaxShapes = 32;
+
   /// `stream`: the engine's stream (core/cuda_graph.h create_stream), on which every step runs.
   DecodeGraphs(const model::Model& model, Stream stream, int64_t max_sequences);
   ~DecodeGraphs();
@@ -56,6 +61,7 @@ class DecodeGraphs {
     int32_t* host = nullptr;  // [4, Bp] pinned
     CudaGraph graph;
     bool warmed = false;  // the eager first step ran
+    int64_t last_used = 0;
   };
   /// The forward pass, the pick and the summary's download, queued on the current stream.
   Status queue_step(const model::Batch& padded, const model::BatchMemory& memory, Shape& shape);
@@ -65,6 +71,7 @@ class DecodeGraphs {
   int64_t max_sequences_;
   std::map<std::pair<int64_t, int64_t>, Shape> shapes_;  // (Bp, page-table width)
   DecodeGraphStats stats_;
+  int64_t clock_ = 0;  // runs so far: Shape::last_used
 };
 
 }  // namespace hyla::runtime
