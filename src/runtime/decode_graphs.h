@@ -9,8 +9,9 @@
 //   first step of a shape: runs eagerly, padded (so every lazily made resource, e.g. cuBLASLt
 //           scratch for that row count, exists before a capture); second: captured, then
 //           launched; later: Model::stage_step packs the batch into the same staging, replay.
-// Only greedy decode steps replay (sampling needs the logits on the host); models with Attention
-// Residuals or MLA run eagerly (their forward sizes work from host values of the step).
+// Only greedy decode steps without log-probabilities replay (sampling and logprobs need the
+// logits on the host); models with Attention Residuals or MLA run eagerly (their forward sizes
+// work from host values of the step).
 #pragma once
 
 #include <cstdint>

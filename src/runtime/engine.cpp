@@ -340,12 +340,12 @@ std::vector<Engine::Scheduled> Engine::schedule() {
 /// Per row of a step's logits, picked on their device (kernels/argmax.h): the greedy token, the
 /// finiteness census and the first bad value, brought to the host as one [4, B] i32 copy (or
 /// read from a decode graph's pinned copy); the full rows come to the host only when some
-/// request samples (temperature > 0).
+/// request samples (temperature > 0) or asks for log-probabilities.
 struct StepPicks {
   Tensor summary;  // [4, B] on the host, unless `rows` points into a graph's pinned copy
   const int32_t* rows = nullptr;
   int64_t stride = 0;  // elements between the summary's rows
-  Tensor host_logits;  // [B, V] on the host, or undefined when every request is greedy
+  Tensor host_logits;  // [B, V] on the host, or undefined when no request needs its row there
   int32_t id(int64_t b) const { return rows[b]; }
   int32_t bad(int64_t b) const { return rows[stride + b]; }
   int32_t first_bad(int64_t b) const { return rows[2 * stride + b]; }
@@ -367,7 +367,7 @@ std::string non_finite(float value, int64_t first, int64_t count, int64_t V) {
                  " at token ", first, " (", count, " of ", V, " logits not finite)");
 }
 
-Result<StepPicks> pick(const Tensor& logits, bool any_sampled) {
+Result<StepPicks> pick(const Tensor& logits, bool host_rows) {
   const int64_t B = logits.size(0);
   const Device device = logits.device();
   Tensor summary = Tensor::empty({4, B}, DType::kI32, device);
@@ -383,7 +383,7 @@ Result<StepPicks> pick(const Tensor& logits, bool any_sampled) {
   picks.summary = device.is_cpu() ? summary : summary.to(Device::cpu());
   picks.rows = picks.summary.host<int32_t>();
   picks.stride = B;
-  if (any_sampled) picks.host_logits = device.is_cpu() ? logits : logits.to(Device::cpu());
+  if (host_rows) picks.host_logits = device.is_cpu() ? logits : logits.to(Device::cpu());
   return picks;
 }
 
@@ -406,7 +406,7 @@ model::Batch Engine::build_batch(const std::vector<Scheduled>& scheduled) const 
   return batch;
 }
 
-Result<StepPicks> Engine::run_step(const model::Batch& batch, bool any_sampled) {
+Result<StepPicks> Engine::run_step(const model::Batch& batch, bool host_rows) {
   const CurrentStream on(stream_.handle ? stream_ : current_stream());
   if (staging_) staging_->reset();
   HYLA_ASSIGN_OR_RETURN(const Tensor logits, model_.forward_batch(batch, memory_));
@@ -416,7 +416,7 @@ Result<StepPicks> Engine::run_step(const model::Batch& batch, bool any_sampled) 
     return internal_error("Engine::step: forward_batch returned logits ",
                           logits.view().shape_string(), " ", dtype_name(logits.dtype()),
                           ", expected [", B, ", ", V, "] f32");
-  return pick(logits, any_sampled);
+  return pick(logits, host_rows);
 }
 
 Result<StepPicks> Engine::replay_step(const model::Batch& batch) {
@@ -438,13 +438,16 @@ std::vector<TokenEvent> Engine::step() {
   ++totals_.steps;
   totals_.last_step_tokens = int64_t(batch.tokens.size());
   const int64_t V = model_.config().vocab_size, B = int64_t(scheduled.size());
-  bool any_sampled = false;
+  // A request that samples or reports log-probabilities needs its row of logits on the host.
+  bool host_rows = false;
   for (const Scheduled& s : scheduled)
-    any_sampled |= s.request->sampler.params().temperature != 0.0f;
-  // Greedy decode steps replay a CUDA graph; the others run their kernels on the engine's stream.
+    host_rows |=
+        s.request->sampler.params().temperature != 0.0f || s.request->sampler.params().logprobs;
+  // Steps that need only the device's greedy picks replay a CUDA graph when they are decodes;
+  // the others run their kernels on the engine's stream.
   const bool replay =
-      graphs_ && !any_sampled && batch.is_decode() && !memory_.layer_times && !op_times_active();
-  Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, any_sampled);
+      graphs_ && !host_rows && batch.is_decode() && !memory_.layer_times && !op_times_active();
+  Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, host_rows);
   if (!picks.ok()) {
     // The slots and pages of every sequence in the batch may be half written: fail them all.
     for (const Scheduled& s : scheduled)
@@ -469,10 +472,18 @@ std::vector<TokenEvent> Engine::step() {
       continue;
     }
     // Greedy rows take the device's pick (the Sampler's own rule, kernels/argmax.h).
-    const int32_t token = r.sampler.params().temperature == 0.0f
-                              ? picks->id(b)
-                              : r.sampler.sample(std::span<const float>(
-                                    picks->host_logits.host<float>() + b * V, size_t(V)));
+    const SamplingParams& params = r.sampler.params();
+    const auto row = [&] {
+      return std::span<const float>(picks->host_logits.host<float>() + b * V, size_t(V));
+    };
+    const int32_t token = params.temperature == 0.0f ? picks->id(b) : r.sampler.sample(row());
+    std::optional<double> logprob;
+    std::vector<TokenLogprob> top_logprobs;
+    if (params.logprobs) {
+      TokenLogprobs lp = token_logprobs(row(), token, params.temperature, params.top_logprobs);
+      logprob = lp.logprob;
+      top_logprobs = std::move(lp.top);
+    }
     r.generated.push_back(token);
     ++totals_.tokens_generated;
     FinishReason reason = FinishReason::kNone;
@@ -484,7 +495,9 @@ std::vector<TokenEvent> Engine::step() {
                                 .token = token,
                                 .finished = reason != FinishReason::kNone,
                                 .reason = reason,
-                                .error = {}});
+                                .error = {},
+                                .logprob = logprob,
+                                .top_logprobs = std::move(top_logprobs)});
     if (reason != FinishReason::kNone) release(r.id, reason, events);
   }
   return events;

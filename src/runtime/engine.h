@@ -93,6 +93,10 @@ struct TokenEvent {
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   std::string error;  ///< reason == kError: what failed (names the request and the step)
+  /// SamplingParams::logprobs: the token's log-probability (sampling.h says of which distribution).
+  std::optional<double> logprob{};
+  /// SamplingParams::top_logprobs > 0: that many most likely tokens, best first, ties -> lower id.
+  std::vector<TokenLogprob> top_logprobs{};
 };
 
 struct EngineStats {
@@ -198,7 +202,7 @@ class Engine {
                std::string error = {});
   std::vector<Scheduled> schedule();
   /// The step's forward pass on the engine's stream, then the pick (engine.cpp's StepPicks).
-  Result<StepPicks> run_step(const model::Batch& batch, bool any_sampled);
+  Result<StepPicks> run_step(const model::Batch& batch, bool host_rows);
   /// A greedy decode step through its CUDA graph (runtime/decode_graphs.h).
   Result<StepPicks> replay_step(const model::Batch& batch);
   model::Batch build_batch(const std::vector<Scheduled>& scheduled) const;
