@@ -11,8 +11,9 @@
 //           launched; later: Model::stage_step packs the batch into the same staging, replay.
 // At most kMaxShapes shapes are kept (each graph holds its own scratch on the device): the least
 // recently used one is dropped when a new shape comes.
-// Only greedy decode steps replay (sampling needs the logits on the host); models with Attention
-// Residuals or MLA run eagerly (their forward sizes work from host values of the step).
+// Only greedy decode steps without log-probabilities replay (sampling and logprobs need the
+// logits on the host); models with Attention Residuals or MLA run eagerly (their forward sizes
+// work from host values of the step).
 #pragma once
 
 #include <cstdint>

@@ -213,9 +213,8 @@ void Engine::init_batch_memory() {
   }
 }
 
-int64_t Engine::pages_needed(const Request& r) const {
-  if (!pages_) return 0;
-  return pages_->pages_for_tokens(int64_t(r.prompt.size()) + r.sampler.params().max_new_tokens);
+int64_t Engine::pages_for(int64_t tokens) const {
+  return pages_ ? pages_->pages_for_tokens(tokens) : 0;
 }
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
@@ -237,14 +236,13 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParam
     return Status(
         ErrorCode::kOutOfMemory,
         str_cat("add_request: the memory plan has no state slot (", plan_.summary(), ")"));
-  const int64_t tokens = int64_t(prompt.size()) + params.max_new_tokens;
-  if (pages_ && pages_->pages_for_tokens(tokens) > pages_->capacity())
+  const int64_t tokens = int64_t(prompt.size());
+  if (pages_ && pages_for(tokens) > pages_->capacity())
     return Status(
         ErrorCode::kOutOfMemory,
-        str_cat("add_request: prompt ", prompt.size(), " + max_new_tokens ", params.max_new_tokens,
-                " = ", tokens, " tokens need ", pages_->pages_for_tokens(tokens), " KV pages of ",
-                pages_->page_size(), " tokens, but the whole pool has ", pages_->capacity(),
-                " (at most ", pages_->capacity() * pages_->page_size(),
+        str_cat("add_request: the prompt's ", tokens, " tokens need ", pages_for(tokens),
+                " KV pages of ", pages_->page_size(), " tokens, but the whole pool has ",
+                pages_->capacity(), " (at most ", pages_->capacity() * pages_->page_size(),
                 " tokens per request; raise --budget-mib or lower the state ratio)"));
   const RequestId id = next_id_++;
   requests_.emplace(id, Request(id, std::move(prompt), params));
@@ -253,7 +251,7 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParam
 
 bool Engine::can_admit(const Request& r) const {
   if (states_ && states_->free_slots() < 1) return false;
-  return !pages_ || pages_->free_pages() >= pages_needed(r);
+  return !pages_ || pages_->free_pages() >= pages_for(r.prefill_len);
 }
 
 Status Engine::admit(Request& r) {
@@ -267,7 +265,7 @@ Status Engine::admit(Request& r) {
     }
   }
   if (pages_) {
-    Result<std::vector<int32_t>> pages = pages_->allocate(pages_needed(r));
+    Result<std::vector<int32_t>> pages = pages_->allocate(pages_for(r.prefill_len));
     if (!pages.ok()) {
       if (states_) (void)states_->free(r.slot);
       r.slot = -1;
@@ -276,6 +274,113 @@ Status Engine::admit(Request& r) {
     r.pages = std::move(pages).value();
   }
   r.admitted = true;
+  r.admission = admissions_++;
+  return ok_status();
+}
+
+void Engine::preempt(Request& r) {
+  HYLA_CHECK(r.admitted, "Engine::preempt: request ", r.id, " is not running");
+  // Freeing what this engine allocated cannot fail; a failure is an engine bug.
+  if (states_) {
+    const Status freed = states_->free(r.slot);
+    HYLA_CHECK(freed.ok(), freed.message());
+  }
+  if (pages_) {
+    const Status freed = pages_->free(r.pages);
+    HYLA_CHECK(freed.ok(), freed.message());
+  }
+  r.slot = -1;
+  r.pages.clear();
+  r.admitted = false;
+  r.admission = -1;
+  // Everything it has seen is recomputed; the prefill's last chunk samples its next token.
+  r.processed = 0;
+  r.prefill_len = int64_t(r.prompt.size() + r.generated.size());
+  ++totals_.preemptions;
+}
+
+void Engine::grow_decodes(std::vector<TokenEvent>& events) {
+  if (!pages_) return;
+  // A decode whose next token alone needs more than the whole pool can never run: end it.
+  std::vector<std::pair<RequestId, std::string>> outgrown;
+  for (const auto& [id, r] : requests_)
+    if (r.admitted && r.prefill_done() && pages_for(r.processed + 1) > pages_->capacity())
+      outgrown.emplace_back(
+          id, str_cat("request ", id, ": its token ", r.generated.size() + 1, " (after ",
+                      r.processed, " tokens) needs ", pages_for(r.processed + 1), " KV pages of ",
+                      pages_->page_size(), " tokens, but the whole pool has ", pages_->capacity(),
+                      "; the request is ended after ", r.generated.size(),
+                      " tokens (raise --budget-mib or lower max_new_tokens)"));
+  for (auto& [id, error] : outgrown) release(id, FinishReason::kError, events, std::move(error));
+  // Preempt the most recently admitted running request while the decodes' new pages do not fit.
+  // One running request alone always fits (checked above), so this ends.
+  for (;;) {
+    int64_t missing = 0;
+    Request* newest = nullptr;
+    for (auto& [id, r] : requests_) {
+      if (!r.admitted) continue;
+      if (!newest || r.admission > newest->admission) newest = &r;
+      if (r.prefill_done())
+        missing += std::max<int64_t>(0, pages_for(r.processed + 1) - int64_t(r.pages.size()));
+    }
+    if (missing <= pages_->free_pages()) break;
+    preempt(*newest);
+  }
+  for (auto& [id, r] : requests_) {
+    if (!r.admitted || !r.prefill_done()) continue;
+    const int64_t more = pages_for(r.processed + 1) - int64_t(r.pages.size());
+    if (more <= 0) continue;
+    Result<std::vector<int32_t>> pages = pages_->allocate(more);
+    HYLA_CHECK(pages.ok(), "Engine: ", more, " pages counted free but ", pages.status().message());
+    r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+  }
+}
+
+Status Engine::check_invariants() const {
+  const int64_t num_slots = states_ ? states_->capacity() : 0;
+  const int64_t num_pages = pages_ ? pages_->capacity() : 0;
+  std::vector<RequestId> slot_owner(size_t(num_slots), -1), page_owner(size_t(num_pages), -1);
+  int64_t owned_slots = 0, owned_pages = 0, running = 0;
+  for (const auto& [id, r] : requests_) {
+    if (!r.admitted) {
+      if (r.slot != -1 || !r.pages.empty() || r.processed != 0)
+        return internal_error("request ", id, " waits but holds slot ", r.slot, ", ",
+                              r.pages.size(), " pages, ", r.processed, " processed tokens");
+      continue;
+    }
+    ++running;
+    if (states_) {
+      if (r.slot < 0 || r.slot >= num_slots || !states_->is_allocated(r.slot))
+        return internal_error("request ", id, " runs on slot ", r.slot,
+                              ", not an allocated slot of ", num_slots);
+      if (slot_owner[size_t(r.slot)] >= 0)
+        return internal_error("slot ", r.slot, " is held by requests ", slot_owner[size_t(r.slot)],
+                              " and ", id);
+      slot_owner[size_t(r.slot)] = id;
+      ++owned_slots;
+    }
+    if (int64_t(r.pages.size()) < pages_for(r.processed))
+      return internal_error("request ", id, " has processed ", r.processed, " tokens on only ",
+                            r.pages.size(), " pages");
+    for (const int32_t page : r.pages) {
+      if (page < 0 || page >= num_pages || !pages_->is_allocated(page))
+        return internal_error("request ", id, " holds page ", page, ", not an allocated page of ",
+                              num_pages);
+      if (page_owner[size_t(page)] >= 0)
+        return internal_error("page ", page, " is held by requests ", page_owner[size_t(page)],
+                              " and ", id);
+      page_owner[size_t(page)] = id;
+      ++owned_pages;
+    }
+  }
+  if (running > options_.max_running)
+    return internal_error(running, " requests run, more than max_running ", options_.max_running);
+  if (states_ && owned_slots + states_->free_slots() != num_slots)
+    return internal_error(owned_slots, " slots held + ", states_->free_slots(),
+                          " free != ", num_slots);
+  if (pages_ && owned_pages + pages_->free_pages() != num_pages)
+    return internal_error(owned_pages, " pages held + ", pages_->free_pages(),
+                          " free != ", num_pages);
   return ok_status();
 }
 
@@ -309,30 +414,39 @@ Status Engine::cancel(RequestId id) {
   return ok_status();
 }
 
-// Decodes first (one token each), then prefill chunks in arrival order; see engine.h.
-std::vector<Engine::Scheduled> Engine::schedule() {
+// Decodes first (one token each, their pages grown first), then the running prefills' chunks,
+// then admissions in arrival order; see engine.h.
+std::vector<Engine::Scheduled> Engine::schedule(std::vector<TokenEvent>& events) {
+  grow_decodes(events);
   std::vector<Scheduled> scheduled;
   int64_t step_tokens = 0, running = 0;
   for (auto& [id, r] : requests_) {
     if (!r.admitted) continue;
     ++running;
-    if (!r.prompt_done()) continue;
+    if (!r.prefill_done()) continue;
     scheduled.push_back(Scheduled{&r, r.processed, 1});
     ++step_tokens;
   }
-  for (auto& [id, r] : requests_) {
-    if (r.admitted && r.prompt_done()) continue;
-    if (!r.admitted && (running >= options_.max_running || !can_admit(r))) break;
-    const int64_t prompt_len = int64_t(r.prompt.size());
-    int64_t end = std::min(prompt_len, r.processed + options_.max_batch_tokens - step_tokens);
-    if (end < prompt_len) end = end / kPrefillAlign * kPrefillAlign;
-    if (end <= r.processed) break;  // no aligned chunk fits: it and those after it wait
-    if (!r.admitted) {
-      if (!admit(r).ok()) break;  // can_admit said yes; treat a refusal as "wait"
+  // The next chunk of `r`: up to its prefill's end, or the last aligned position within the
+  // step's token budget; false when none fits (it and those after it wait).
+  const auto add_chunk = [&](Request& r, bool admitting) {
+    int64_t end = std::min(r.prefill_len, r.processed + options_.max_batch_tokens - step_tokens);
+    if (end < r.prefill_len) end = end / kPrefillAlign * kPrefillAlign;
+    if (end <= r.processed) return false;
+    if (admitting) {
+      if (!admit(r).ok()) return false;  // can_admit said yes; treat a refusal as "wait"
       ++running;
     }
     scheduled.push_back(Scheduled{&r, r.processed, end - r.processed});
     step_tokens += end - r.processed;
+    return true;
+  };
+  // Running prefills hold the pages of their whole prefill (taken at admission).
+  for (auto& [id, r] : requests_)
+    if (r.admitted && !r.prefill_done() && !add_chunk(r, false)) break;
+  for (auto& [id, r] : requests_) {
+    if (r.admitted) continue;
+    if (running >= options_.max_running || !can_admit(r) || !add_chunk(r, true)) break;
   }
   return scheduled;
 }
@@ -340,12 +454,12 @@ std::vector<Engine::Scheduled> Engine::schedule() {
 /// Per row of a step's logits, picked on their device (kernels/argmax.h): the greedy token, the
 /// finiteness census and the first bad value, brought to the host as one [4, B] i32 copy (or
 /// read from a decode graph's pinned copy); the full rows come to the host only when some
-/// request samples (temperature > 0).
+/// request samples (temperature > 0) or asks for log-probabilities.
 struct StepPicks {
   Tensor summary;  // [4, B] on the host, unless `rows` points into a graph's pinned copy
   const int32_t* rows = nullptr;
   int64_t stride = 0;  // elements between the summary's rows
-  Tensor host_logits;  // [B, V] on the host, or undefined when every request is greedy
+  Tensor host_logits;  // [B, V] on the host, or undefined when no request needs its row there
   int32_t id(int64_t b) const { return rows[b]; }
   int32_t bad(int64_t b) const { return rows[stride + b]; }
   int32_t first_bad(int64_t b) const { return rows[2 * stride + b]; }
@@ -367,7 +481,7 @@ std::string non_finite(float value, int64_t first, int64_t count, int64_t V) {
                  " at token ", first, " (", count, " of ", V, " logits not finite)");
 }
 
-Result<StepPicks> pick(const Tensor& logits, bool any_sampled) {
+Result<StepPicks> pick(const Tensor& logits, bool host_rows) {
   const int64_t B = logits.size(0);
   const Device device = logits.device();
   Tensor summary = Tensor::empty({4, B}, DType::kI32, device);
@@ -383,7 +497,7 @@ Result<StepPicks> pick(const Tensor& logits, bool any_sampled) {
   picks.summary = device.is_cpu() ? summary : summary.to(Device::cpu());
   picks.rows = picks.summary.host<int32_t>();
   picks.stride = B;
-  if (any_sampled) picks.host_logits = device.is_cpu() ? logits : logits.to(Device::cpu());
+  if (host_rows) picks.host_logits = device.is_cpu() ? logits : logits.to(Device::cpu());
   return picks;
 }
 
@@ -406,7 +520,7 @@ model::Batch Engine::build_batch(const std::vector<Scheduled>& scheduled) const 
   return batch;
 }
 
-Result<StepPicks> Engine::run_step(const model::Batch& batch, bool any_sampled) {
+Result<StepPicks> Engine::run_step(const model::Batch& batch, bool host_rows) {
   const CurrentStream on(stream_.handle ? stream_ : current_stream());
   if (staging_) staging_->reset();
   HYLA_ASSIGN_OR_RETURN(const Tensor logits, model_.forward_batch(batch, memory_));
@@ -416,7 +530,7 @@ Result<StepPicks> Engine::run_step(const model::Batch& batch, bool any_sampled) 
     return internal_error("Engine::step: forward_batch returned logits ",
                           logits.view().shape_string(), " ", dtype_name(logits.dtype()),
                           ", expected [", B, ", ", V, "] f32");
-  return pick(logits, any_sampled);
+  return pick(logits, host_rows);
 }
 
 Result<StepPicks> Engine::replay_step(const model::Batch& batch) {
@@ -431,20 +545,23 @@ Result<StepPicks> Engine::replay_step(const model::Batch& batch) {
 std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
-  const std::vector<Scheduled> scheduled = schedule();
+  const std::vector<Scheduled> scheduled = schedule(events);
   if (scheduled.empty()) return events;
 
   const model::Batch batch = build_batch(scheduled);
   ++totals_.steps;
   totals_.last_step_tokens = int64_t(batch.tokens.size());
   const int64_t V = model_.config().vocab_size, B = int64_t(scheduled.size());
-  bool any_sampled = false;
+  // A request that samples or reports log-probabilities needs its row of logits on the host.
+  bool host_rows = false;
   for (const Scheduled& s : scheduled)
-    any_sampled |= s.request->sampler.params().temperature != 0.0f;
-  // Greedy decode steps replay a CUDA graph; the others run their kernels on the engine's stream.
+    host_rows |=
+        s.request->sampler.params().temperature != 0.0f || s.request->sampler.params().logprobs;
+  // Steps that need only the device's greedy picks replay a CUDA graph when they are decodes;
+  // the others run their kernels on the engine's stream.
   const bool replay =
-      graphs_ && !any_sampled && batch.is_decode() && !memory_.layer_times && !op_times_active();
-  Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, any_sampled);
+      graphs_ && !host_rows && batch.is_decode() && !memory_.layer_times && !op_times_active();
+  Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, host_rows);
   if (!picks.ok()) {
     // The slots and pages of every sequence in the batch may be half written: fail them all.
     for (const Scheduled& s : scheduled)
@@ -454,10 +571,9 @@ std::vector<TokenEvent> Engine::step() {
 
   for (int64_t b = 0; b < B; ++b) {
     Request& r = *scheduled[size_t(b)].request;
-    const int64_t prompt_len = int64_t(r.prompt.size());
-    if (r.processed < prompt_len) totals_.prompt_tokens += scheduled[size_t(b)].count;
+    if (r.processed < r.prefill_len) totals_.prompt_tokens += scheduled[size_t(b)].count;
     r.processed += scheduled[size_t(b)].count;
-    if (!r.prompt_done()) continue;  // mid-prompt chunk: nothing to sample
+    if (!r.prefill_done()) continue;  // mid-prefill chunk: nothing to sample
 
     if (const int32_t bad = picks->bad(b); bad > 0) {
       const int32_t first = picks->first_bad(b);
@@ -469,10 +585,18 @@ std::vector<TokenEvent> Engine::step() {
       continue;
     }
     // Greedy rows take the device's pick (the Sampler's own rule, kernels/argmax.h).
-    const int32_t token = r.sampler.params().temperature == 0.0f
-                              ? picks->id(b)
-                              : r.sampler.sample(std::span<const float>(
-                                    picks->host_logits.host<float>() + b * V, size_t(V)));
+    const SamplingParams& params = r.sampler.params();
+    const auto row = [&] {
+      return std::span<const float>(picks->host_logits.host<float>() + b * V, size_t(V));
+    };
+    const int32_t token = params.temperature == 0.0f ? picks->id(b) : r.sampler.sample(row());
+    std::optional<double> logprob;
+    std::vector<TokenLogprob> top_logprobs;
+    if (params.logprobs) {
+      TokenLogprobs lp = token_logprobs(row(), token, params.temperature, params.top_logprobs);
+      logprob = lp.logprob;
+      top_logprobs = std::move(lp.top);
+    }
     r.generated.push_back(token);
     ++totals_.tokens_generated;
     FinishReason reason = FinishReason::kNone;
@@ -484,7 +608,9 @@ std::vector<TokenEvent> Engine::step() {
                                 .token = token,
                                 .finished = reason != FinishReason::kNone,
                                 .reason = reason,
-                                .error = {}});
+                                .error = {},
+                                .logprob = logprob,
+                                .top_logprobs = std::move(top_logprobs)});
     if (reason != FinishReason::kNone) release(r.id, reason, events);
   }
   return events;

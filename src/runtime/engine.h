@@ -1,7 +1,9 @@
 // Engine: continuous batching over the runtime pools, one step at a time (DESIGN.md §2, §6).
 // The pipeline and its types:
 //   request (prompt ids + SamplingParams) -> waiting queue (FCFS)
-//     -> admitted: one StatePool slot + KV pages for prompt + max_new_tokens, reserved up front
+//     -> admitted: one StatePool slot + KV pages for the prompt; a page more as the sequence grows
+//        (when the pool runs dry, the most recently admitted request is preempted: slot and
+//        pages freed, back to waiting, later recomputed from prompt + its tokens so far)
 //     -> each step: one model::Batch (decode tokens + C-aligned prefill chunks) over BatchMemory
 //     -> Model::forward_batch -> logits [B, vocab] (to the host) -> Sampler -> TokenEvent per token
 //     -> finished (stop token / max tokens / cancelled / error): slot and pages freed at once
@@ -81,8 +83,8 @@ enum class FinishReason {
   kStopToken,  ///< generated one of SamplingParams::stop_token_ids (it is the last token)
   kMaxTokens,  ///< generated max_new_tokens
   kCancelled,  ///< Engine::cancel
-  kError,      ///< the step's forward failed, or the request's logits were not finite;
-               ///< TokenEvent::error says why
+  kError,      ///< the step's forward failed, the request's logits were not finite, or its
+               ///< sequence outgrew the whole KV pool; TokenEvent::error says why
 };
 const char* finish_reason_name(FinishReason reason);
 
@@ -93,6 +95,10 @@ struct TokenEvent {
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   std::string error;  ///< reason == kError: what failed (names the request and the step)
+  /// SamplingParams::logprobs: the token's log-probability (sampling.h says of which distribution).
+  std::optional<double> logprob{};
+  /// SamplingParams::top_logprobs > 0: that many most likely tokens, best first, ties -> lower id.
+  std::vector<TokenLogprob> top_logprobs{};
 };
 
 struct EngineStats {
@@ -102,8 +108,9 @@ struct EngineStats {
   int64_t free_slots = 0;
   int64_t free_pages = 0;
   int64_t tokens_generated = 0;  ///< sampled tokens over the engine's life
-  int64_t prompt_tokens = 0;     ///< prefill tokens run over the engine's life
-  int64_t steps = 0;             ///< steps that ran a batch
+  int64_t prompt_tokens = 0;  ///< prefill tokens run over the engine's life (recomputed included)
+  int64_t preemptions = 0;    ///< running requests sent back to waiting to free KV pages
+  int64_t steps = 0;          ///< steps that ran a batch
   int64_t last_step_tokens = 0;  ///< new tokens (decodes + prefill chunks) of the last batch
 };
 
@@ -114,8 +121,17 @@ struct EngineStats {
 /// continue or start in arrival order while the step's new tokens stay <= max_batch_tokens. A chunk
 /// ends on a multiple of kPrefillAlign prompt tokens or at the prompt's end; one that cannot
 /// (too little room left) waits for the next step, and so do the requests after it (FCFS, no
-/// overtaking). Admitting a waiting request takes a free slot (zeroed) and the pages for
-/// prompt + max_new_tokens, so a running request never runs out. All sequences go in one Batch.
+/// overtaking). Admitting a waiting request takes a free slot (zeroed) and the KV pages of the
+/// tokens it has to prefill (never more than are free: admission does not preempt).
+///
+/// Pages by need: before each step every decoding request gets the page its next token needs.
+/// When the pool has too few, the most recently admitted running request is preempted (slot and
+/// pages freed, `preemptions` counted) until the rest fit. It keeps its prompt, generated tokens
+/// and Sampler, and waits in its arrival position (ahead of every later arrival); once admitted
+/// again it prefills prompt + generated tokens (the usual chunked prefill) and its last chunk
+/// samples its next token, so the token stream goes on unchanged (the same tokens for greedy, the
+/// same draws for a seeded sampler) and no event is repeated. A request whose next token would
+/// need more pages than the whole pool ends with kError.
 /// One step's picks on the host (defined in engine.cpp).
 struct StepPicks;
 
@@ -137,8 +153,9 @@ class Engine {
 
   /// Queues a request. Errors, at once and with nothing taken: an empty prompt, a token outside
   /// the vocabulary, invalid sampling params, a prompt longer than options.max_context (unless
-  /// allow_long_context), or a request that could never be admitted (prompt + max_new_tokens
-  /// needs more pages than the whole pool, or the plan has no slot).
+  /// allow_long_context), or a request that could never be admitted (its prompt needs more KV
+  /// pages than the whole pool, or the plan has no slot). A request whose prompt fits but whose
+  /// generated tokens outgrow the whole pool ends with kError when they do (see step()).
   Result<RequestId> add_request(std::vector<int32_t> prompt, SamplingParams params);
   /// Ends a waiting or running request now and frees its slot and pages; the next step() reports
   /// it (finished, kCancelled). Error: an unknown or already finished id.
@@ -153,6 +170,10 @@ class Engine {
   /// No request waiting or running, and no event pending.
   bool idle() const;
   EngineStats stats() const;
+  /// The engine's bookkeeping, checked (for tests; O(requests + pages)): no slot or page owned
+  /// twice, every owned one allocated in its pool, owned + free = the pool, each running request
+  /// holding the pages of the tokens it has processed, waiting requests holding nothing.
+  Status check_invariants() const;
 
  private:
   struct Request {
@@ -163,10 +184,13 @@ class Engine {
     std::vector<int32_t> generated;
     Sampler sampler;
     int32_t slot = -1;           ///< -1 while waiting (or for a model without linear layers)
-    std::vector<int32_t> pages;  ///< KV pages for prompt + max_new_tokens, in token order
+    std::vector<int32_t> pages;  ///< KV pages of the tokens so far, in token order
     int64_t processed = 0;       ///< tokens in the slot / pages (prompt and fed-back tokens)
+    /// Tokens to prefill before decoding: the prompt; after a preemption, prompt + generated.
+    int64_t prefill_len = int64_t(prompt.size());
+    int64_t admission = -1;  ///< when it was last admitted (Engine::admissions_), for preemption
     bool admitted = false;
-    bool prompt_done() const { return processed >= int64_t(prompt.size()); }
+    bool prefill_done() const { return processed >= prefill_len; }
   };
   /// One sequence of the step's batch.
   struct Scheduled {
@@ -190,15 +214,21 @@ class Engine {
   /// else 0).
   int64_t decode_scratch_bytes() const;
 
-  int64_t pages_needed(const Request& r) const;
+  /// KV pages of a sequence of `tokens` tokens (0 for a model without attention layers).
+  int64_t pages_for(int64_t tokens) const;
   bool can_admit(const Request& r) const;
   Status admit(Request& r);
+  /// Frees the request's slot and pages and sends it back to waiting, to be recomputed.
+  void preempt(Request& r);
+  /// Gives every decoding request the page its next token needs, preempting the most recently
+  /// admitted requests while the pool has too few; ends those that could never fit (kError).
+  void grow_decodes(std::vector<TokenEvent>& events);
   /// Frees the request's slot and pages and drops it.
   void release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
                std::string error = {});
-  std::vector<Scheduled> schedule();
+  std::vector<Scheduled> schedule(std::vector<TokenEvent>& events);
   /// The step's forward pass on the engine's stream, then the pick (engine.cpp's StepPicks).
-  Result<StepPicks> run_step(const model::Batch& batch, bool any_sampled);
+  Result<StepPicks> run_step(const model::Batch& batch, bool host_rows);
   /// A greedy decode step through its CUDA graph (runtime/decode_graphs.h).
   Result<StepPicks> replay_step(const model::Batch& batch);
   model::Batch build_batch(const std::vector<Scheduled>& scheduled) const;
@@ -217,7 +247,8 @@ class Engine {
   std::map<RequestId, Request> requests_;        ///< waiting and running, in arrival (id) order
   std::vector<TokenEvent> pending_events_;       ///< cancels, reported by the next step
   RequestId next_id_ = 0;
-  EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps
+  int64_t admissions_ = 0;  ///< admissions so far (Request::admission)
+  EngineStats totals_;      ///< finished, tokens_generated, prompt_tokens, steps, preemptions
 };
 
 /// Runs `prompts` through one engine to completion: the generated ids of each prompt, in order.

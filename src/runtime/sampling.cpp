@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <limits>
+#include <utility>
 
 namespace hyla::runtime {
 namespace {
@@ -36,6 +38,12 @@ Status validate(const SamplingParams& params, int64_t vocab_size) {
   if (params.max_new_tokens < 1)
     return invalid_argument("sampling: max_new_tokens is ", params.max_new_tokens,
                             ", expected >= 1");
+  if (params.top_logprobs < 0 || params.top_logprobs > kMaxTopLogprobs)
+    return invalid_argument("sampling: top_logprobs is ", params.top_logprobs, ", expected in [0, ",
+                            kMaxTopLogprobs, "] (0 = off)");
+  if (params.top_logprobs > 0 && !params.logprobs)
+    return invalid_argument("sampling: top_logprobs is ", params.top_logprobs,
+                            " but logprobs is off; top_logprobs needs logprobs = true");
   for (size_t i = 0; i < params.stop_token_ids.size(); ++i) {
     const int32_t token = params.stop_token_ids[i];
     if (token < 0 || token >= vocab_size)
@@ -51,6 +59,55 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   HYLA_CHECK(params.top_p > 0.0f && params.top_p <= 1.0f, "Sampler: top_p ", params.top_p,
              " (validate() the params first)");
   HYLA_CHECK(params.top_k >= 0, "Sampler: top_k ", params.top_k, " (validate() the params first)");
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, float temperature,
+                             int64_t top) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  HYLA_CHECK(vocab > 0 && token >= 0 && token < vocab, "token_logprobs: token ", token,
+             " outside a row of ", vocab, " logits");
+  HYLA_CHECK(temperature >= 0.0f && top >= 0, "token_logprobs: temperature ", temperature, ", top ",
+             top);
+  // z = logit / T in double (T = 1 for greedy); log p = z - (max z + log sum exp(z - max z)).
+  const double scale = temperature > 0.0f ? 1.0 / static_cast<double>(temperature) : 1.0;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double max_z = -kInf;
+  for (float logit : logits) max_z = std::max(max_z, static_cast<double>(cleaned(logit)) * scale);
+  double log_total = 0.0;  // log sum exp(z - max_z); a row of -inf only: every log p is -inf
+  if (std::isfinite(max_z)) {
+    double total = 0.0;
+    for (float logit : logits)
+      total += std::exp(static_cast<double>(cleaned(logit)) * scale - max_z);
+    log_total = std::log(total);
+  }
+  // +inf logits share all the probability equally, as in Sampler::sample.
+  const double infinite =
+      max_z == kInf ? double(std::count(logits.begin(), logits.end(), kPosInf)) : 0.0;
+  const auto logprob = [&](int32_t t) {
+    const double z = static_cast<double>(cleaned(logits[size_t(t)])) * scale;
+    if (infinite > 0.0) return z == kInf ? -std::log(infinite) : -kInf;
+    return z - max_z - log_total;
+  };
+  TokenLogprobs out;
+  out.logprob = logprob(token);
+  // The `top` best in one pass: a sorted list (logit descending, id ascending) kept at <= top
+  // entries by insertion, O(V * top) at worst, O(V) for most rows (few tokens beat the last kept).
+  const size_t keep = static_cast<size_t>(std::min(top, vocab));
+  if (keep == 0) return out;
+  std::vector<std::pair<float, int32_t>> best;  // (cleaned logit, id)
+  best.reserve(keep + 1);
+  for (int32_t t = 0; t < vocab; ++t) {
+    const float logit = cleaned(logits[size_t(t)]);
+    // Ids come in ascending order, so a tie with the last kept never displaces it.
+    if (best.size() == keep && !(logit > best.back().first)) continue;
+    auto at = best.end();
+    while (at != best.begin() && logit > std::prev(at)->first) --at;
+    best.insert(at, {logit, t});
+    if (best.size() > keep) best.pop_back();
+  }
+  out.top.reserve(keep);
+  for (const auto& [logit, t] : best) out.top.push_back({t, logprob(t)});
+  return out;
 }
 
 bool Sampler::is_stop(int32_t token) const {

@@ -5,6 +5,10 @@
 //   sampling: z = logits / temperature; keep the top_k best (ties -> lower id); keep the nucleus
 //     (smallest prefix, best first, whose probability sums to >= top_p; at least one token);
 //     renormalise; draw one token with a uniform u in [0, 1)
+// Log-probabilities (SamplingParams::logprobs): of the distribution the token was drawn from
+// before top-k / top-p, i.e. log_softmax(logits / temperature) over the whole vocabulary (OpenAI's
+// "logits the token was sampled from", vLLM's processed logprobs); greedy (temperature 0) uses
+// log_softmax(logits). Computed in double (token_logprobs).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +28,36 @@ struct SamplingParams {
   uint64_t seed = 0;         ///< seeds the draws; the same seed and logits give the same tokens
   std::vector<int32_t> stop_token_ids{};  ///< each in [0, vocab); generating one ends the request
   int64_t max_new_tokens = 16;            ///< >= 1
+  /// Report each chosen token's log-probability (TokenEvent::logprob).
+  bool logprobs = false;
+  /// Also report this many most likely tokens per step, best first (TokenEvent::top_logprobs);
+  /// in [0, kMaxTopLogprobs], > 0 only with logprobs (as OpenAI's API). Capped at the vocabulary.
+  int64_t top_logprobs = 0;
 };
+
+/// The most top_logprobs a request may ask for (OpenAI's limit).
+inline constexpr int64_t kMaxTopLogprobs = 20;
+
+/// One candidate token and its log-probability.
+struct TokenLogprob {
+  int32_t token = -1;
+  double logprob = 0.0;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+/// The log-probabilities of one step (see the top of this file for the distribution).
+struct TokenLogprobs {
+  double logprob = 0.0;             ///< of the chosen token
+  std::vector<TokenLogprob> top{};  ///< the `top` best tokens, best first, ties -> lower id
+};
+
+/// log_softmax(logits / temperature) (temperature 0: of the logits themselves) at `token`, and
+/// the min(top, vocab) most likely tokens, in double. -inf logits have log-probability -inf; NaN
+/// is treated as -inf; +inf logits share all the probability (as in Sampler::sample) (Engine::step
+/// ends a request whose row is not finite before asking). `token` must be in [0, logits.size()),
+/// temperature >= 0, top >= 0.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, float temperature,
+                             int64_t top);
 
 /// Checks `params` against a vocabulary of `vocab_size` tokens; the message names the field, the
 /// value and the allowed range.

@@ -78,16 +78,19 @@ TEST_P(EngineTest, CancelFreesSlotAndPages) {
 
 TEST_P(EngineTest, RefusedRequestsTakeNothing) {
   const Golden& g = golden(GetParam());
-  std::unique_ptr<Engine> engine = make_engine(*g.model, test_options());
+  EngineOptions options = test_options();
+  options.allow_long_context = true;  // the pool's limit, not the context's, is under test
+  std::unique_ptr<Engine> engine = make_engine(*g.model, options);
   const int32_t V = int32_t(g.model->config().vocab_size);
   EXPECT_ERROR_CONTAINS(engine->add_request({}, greedy(4)).status(), "prompt is empty");
   EXPECT_ERROR_CONTAINS(engine->add_request({1, V, 2}, greedy(4)).status(), "prompt token 1 is");
   SamplingParams bad = greedy(4);
   bad.top_p = 0.0f;
   EXPECT_ERROR_CONTAINS(engine->add_request({1, 2}, bad).status(), "top_p");
-  // prompt + max_new_tokens beyond every page of the pool: refused at once, with the numbers.
+  // A prompt beyond every page of the pool: refused at once, with the numbers. (Pages are taken
+  // by need, so a long max_new_tokens alone is not refused: engine_preemption_test.cpp.)
   const int64_t pool_tokens = engine->plan().kv_pages * engine->plan().page_size;
-  EXPECT_ERROR_CONTAINS(engine->add_request(g.b_prompt, greedy(pool_tokens)).status(),
+  EXPECT_ERROR_CONTAINS(engine->add_request(Tokens(size_t(pool_tokens + 1), 1), greedy(1)).status(),
                         "but the whole pool has");
   expect_pools_full(*engine);
   EXPECT_TRUE(engine->step().empty());

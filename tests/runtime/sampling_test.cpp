@@ -1,6 +1,7 @@
 // Token sampling: greedy and its limits (temperature -> 0, top_k = 1, tiny top_p), seeds,
 // frequencies against known probabilities, top-k and nucleus membership against an independent
-// float64 nucleus, -inf / NaN / +inf logits, a pinned token sequence, and validate()'s errors.
+// float64 nucleus, -inf / NaN / +inf logits, a pinned token sequence, validate()'s errors, and
+// token_logprobs against a long-double log-softmax (top tokens, order, ties).
 #include "runtime/sampling.h"
 
 #include <algorithm>
@@ -287,6 +288,74 @@ TEST(Sampling, IsStop) {
   EXPECT_FALSE(Sampler(SamplingParams{}).is_stop(0));
 }
 
+/// log_softmax(logits / T)[token] straight from the definition, in long double (T = 0: T = 1).
+double reference_logprob(const std::vector<float>& logits, double temperature, int32_t token) {
+  const long double scale = temperature > 0 ? 1.0L / temperature : 1.0L;
+  long double sum = 0.0L;
+  for (float x : logits) sum += std::exp(static_cast<long double>(x) * scale);
+  return double(std::log(std::exp(static_cast<long double>(logits[size_t(token)]) * scale) / sum));
+}
+
+// Both sides work in (at least) double over <= 1000 terms of size <= 1: the sums agree to ~1e-13
+// relative, and log-probabilities near -20 to ~1e-12 absolute.
+constexpr double kLogprobTolerance = 1e-11;
+
+TEST(Logprobs, EqualLogSoftmaxAfterTemperature) {
+  for (float temperature : {0.0f, 0.3f, 1.0f, 2.5f}) {
+    SCOPED_TRACE("temperature " + std::to_string(temperature));
+    const std::vector<float> logits = random_logits(997, 7, 3.0f);
+    for (int32_t token : {0, 5, 996, argmax_lowest_id(logits)}) {
+      const TokenLogprobs got = token_logprobs(logits, token, temperature, 0);
+      EXPECT_NEAR(got.logprob, reference_logprob(logits, temperature, token), kLogprobTolerance);
+      EXPECT_TRUE(got.top.empty());
+    }
+    // The probabilities sum to 1.
+    double total = 0.0;
+    for (int32_t t = 0; t < 997; ++t)
+      total += std::exp(token_logprobs(logits, t, temperature, 0).logprob);
+    EXPECT_NEAR(total, 1.0, 1e-12) << "997 terms of a double sum";
+  }
+}
+
+TEST(Logprobs, TopAreTheBestInOrderTiesToLowerId) {
+  const std::vector<float> logits = random_logits(500, 11, 2.0f);
+  const std::vector<int32_t> order = ranked(logits);
+  for (int64_t top : {1, 5, 20}) {
+    const TokenLogprobs got = token_logprobs(logits, 3, 0.8f, top);
+    ASSERT_EQ(int64_t(got.top.size()), top);
+    for (int64_t i = 0; i < top; ++i) {
+      EXPECT_EQ(got.top[size_t(i)].token, order[size_t(i)]) << "rank " << i;
+      EXPECT_NEAR(got.top[size_t(i)].logprob,
+                  reference_logprob(logits, double(0.8f), order[size_t(i)]), kLogprobTolerance);
+    }
+  }
+  // Ties: five tokens share the best logit, two the next; the lower ids come first.
+  std::vector<float> tied(40, -1.0f);
+  for (int32_t t : {31, 4, 17, 9, 22}) tied[size_t(t)] = 3.0f;
+  for (int32_t t : {38, 2}) tied[size_t(t)] = 1.0f;
+  const TokenLogprobs got = token_logprobs(tied, 0, 0.0f, 6);
+  std::vector<int32_t> ids;
+  for (const TokenLogprob& c : got.top) ids.push_back(c.token);
+  EXPECT_EQ(ids, (std::vector<int32_t>{4, 9, 17, 22, 31, 2}));
+  EXPECT_EQ(got.top[0].logprob, got.top[4].logprob);
+  // More than the vocabulary: all of it, best first.
+  EXPECT_EQ(token_logprobs(std::vector<float>{0.5f, 2.0f, 1.0f}, 0, 1.0f, 20).top.size(), 3u);
+  EXPECT_EQ(token_logprobs(std::vector<float>{0.5f, 2.0f, 1.0f}, 0, 1.0f, 20).top[2].token, 0);
+}
+
+TEST(Logprobs, NonFiniteLogits) {
+  const TokenLogprobs masked =
+      token_logprobs(std::vector<float>{0.0f, -kInf, kNaN, 0.0f}, 1, 1.0f, 4);
+  EXPECT_EQ(masked.logprob, -std::numeric_limits<double>::infinity());
+  EXPECT_NEAR(masked.top[0].logprob, std::log(0.5), 1e-15);
+  EXPECT_EQ(masked.top[0].token, 0);
+  EXPECT_EQ(masked.top[1].token, 3);
+  EXPECT_EQ(token_logprobs(std::vector<float>{kInf, 1.0f, kInf}, 2, 1.0f, 0).logprob,
+            std::log(0.5));
+  EXPECT_EQ(token_logprobs(std::vector<float>{kInf, 1.0f, kInf}, 1, 1.0f, 0).logprob,
+            -std::numeric_limits<double>::infinity());
+}
+
 TEST(SamplingValidate, AcceptsDefaultsAndEdges) {
   EXPECT_OK(validate(SamplingParams{}, 1));
   EXPECT_OK(validate(SamplingParams{.temperature = 0.7f, .top_k = 100, .top_p = 1.0f}, 100));
@@ -318,6 +387,14 @@ TEST(SamplingValidate, Errors) {
                         "stop_token_ids[1] is 100, expected in [0, 100)");
   EXPECT_ERROR_CONTAINS(validate(SamplingParams{.stop_token_ids = {-1}}, kVocab),
                         "stop_token_ids[0] is -1");
+  EXPECT_ERROR_CONTAINS(validate(SamplingParams{.logprobs = true, .top_logprobs = -1}, kVocab),
+                        "top_logprobs is -1, expected in [0, 20]");
+  EXPECT_ERROR_CONTAINS(validate(SamplingParams{.logprobs = true, .top_logprobs = 21}, kVocab),
+                        "top_logprobs is 21, expected in [0, 20]");
+  EXPECT_ERROR_CONTAINS(validate(SamplingParams{.top_logprobs = 3}, kVocab),
+                        "top_logprobs needs logprobs = true");
+  EXPECT_OK(validate(SamplingParams{.logprobs = true, .top_logprobs = 20}, kVocab));
+  EXPECT_OK(validate(SamplingParams{.logprobs = true, .top_logprobs = 20}, 5));
 }
 
 }  // namespace

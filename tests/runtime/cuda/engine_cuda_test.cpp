@@ -1,11 +1,13 @@
 // Engine on CUDA (pools, decode scratch and weights on the device; logits sampled on the host):
 // on every golden architecture the checks of engine_testing.h that the CPU passes (batched ==
-// alone == the CPU's greedy tokens up to a near tie, chunked prefill, cancel, admission); a model
+// alone == the CPU's greedy tokens up to a near tie, chunked prefill, cancel, admission and
+// preemption); log-probabilities equal the CPU's and keep their steps off decode graphs; a model
 // left on the host and a plan beyond the device's free memory are refused; the demo model's greedy
 // continuations on CUDA follow transformers' and the CPU engine's. Each test skips without a
 // device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -103,6 +105,70 @@ TEST_P(EngineCudaTest, DecodeGraphsGiveTheCpuGreedyTokens) {
       EXPECT_EQ(stats.captures, 0);
       EXPECT_EQ(stats.replays, 0);
     }
+  }
+}
+
+// Log-probabilities on CUDA: a greedy and a seeded sampled request, each with logprobs and
+// top_logprobs, give the CPU engine's tokens and log-probabilities (up to the first near tie,
+// after which they are other prompts); their rows come to the host, so no step replays a decode
+// graph, while the same greedy request without logprobs does.
+TEST_P(EngineCudaTest, LogprobsMatchTheCpuAndSkipDecodeGraphs) {
+  const Golden& g = golden(GetParam());
+  SamplingParams greedy_lp = greedy(8);
+  greedy_lp.logprobs = true;
+  greedy_lp.top_logprobs = 4;
+  SamplingParams sampled_lp = greedy_lp;
+  sampled_lp.temperature = 0.7f;
+  sampled_lp.seed = 7;
+  const std::vector<Tokens> prompts = {g.b_prompt, prefix(g.a_prompt, 70)};
+  const std::vector<SamplingParams> params = {greedy_lp, sampled_lp};
+  const auto run_on = [&](Device device) {
+    std::unique_ptr<Engine> engine = make_engine(model_on(g, device), test_options(device));
+    std::vector<std::vector<TokenEvent>> events(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_TRUE(engine->add_request(prompts[i], params[i]).ok());
+    while (!engine->idle())
+      for (TokenEvent& e : engine->step()) {
+        EXPECT_NE(e.reason, FinishReason::kError) << e.error;
+        events[size_t(e.request)].push_back(std::move(e));
+      }
+    expect_pools_full(*engine);
+    EXPECT_EQ(engine->graph_stats().replays, 0);
+    return events;
+  };
+  const std::vector<std::vector<TokenEvent>> cpu = run_on(Device::cpu());
+  const std::vector<std::vector<TokenEvent>> gpu = run_on(Device::cuda());
+  // CUDA and CPU logits differ by summation order, ~1e-5 (kTieGap's note); a log-softmax moves by
+  // at most twice the largest change, and a temperature of 0.7 scales it by 1 / 0.7.
+  constexpr double kTolerance = 2e-4;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE(str_cat("request ", i));
+    ASSERT_EQ(cpu[i].size(), gpu[i].size());
+    for (size_t t = 0; t < cpu[i].size(); ++t) {
+      const TokenEvent &want = cpu[i][t], &got = gpu[i][t];
+      ASSERT_TRUE(got.logprob.has_value());
+      ASSERT_EQ(got.top_logprobs.size(), 4u);
+      if (got.token != want.token) {
+        // Greedy: only at a near tie of the two best (their log-probabilities within kTieGap);
+        // sampled: a draw at a boundary. From here on the continuations are other prompts.
+        if (params[i].temperature == 0.0f) {
+          EXPECT_LT(std::abs(*want.logprob - *got.logprob), kTieGap + kTolerance) << "token " << t;
+        }
+        break;
+      }
+      EXPECT_NEAR(*got.logprob, *want.logprob, kTolerance) << "token " << t;
+      for (size_t k = 0; k < 4; ++k)
+        EXPECT_NEAR(got.top_logprobs[k].logprob, want.top_logprobs[k].logprob, kTolerance)
+            << "token " << t << " rank " << k;
+    }
+  }
+  // The same greedy request without logprobs replays graphs where the model allows them.
+  std::unique_ptr<Engine> plain =
+      make_engine(model_on(g, Device::cuda()), test_options(Device::cuda()));
+  ASSERT_TRUE(plain->add_request(g.b_prompt, greedy(8)).ok());
+  while (!plain->idle()) plain->step();
+  if (DecodeGraphs::supports(g.model->config())) {
+    EXPECT_GT(plain->graph_stats().replays, 0);
   }
 }
 
