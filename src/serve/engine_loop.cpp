@@ -104,7 +104,14 @@ void EngineLoop::run() {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_ = engine_.stats();
     }
-    for (const runtime::TokenEvent& e : engine_.step()) {
+    const std::vector<runtime::TokenEvent> events = engine_.step();
+    {
+      // Before the events go out: a handler that answers its client and then reads stats() sees
+      // its request's slot and pages free.
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_ = engine_.stats();
+    }
+    for (const runtime::TokenEvent& e : events) {
       auto it = sinks_.find(e.request);
       if (it == sinks_.end()) continue;  // cancelled by its handler
       LoopEvent event;
