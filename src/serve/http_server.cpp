@@ -255,7 +255,9 @@ class Session : public std::enable_shared_from_this<Session> {
       server_.model.loop->cancel(ticket_);
       generating_ = false;
       server_.metrics.add_tokens(int64_t(request_.prompt.size()), completion_tokens_);
-      server_.metrics.count_response(499);  // nginx's "client closed request"
+      // nginx's "client closed request", for a request that got no response (a stream's 200
+      // was counted with its header).
+      if (!request_.stream) server_.metrics.count_response(499);
     }
     close();
     self_.reset();
