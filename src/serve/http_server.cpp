@@ -3,17 +3,13 @@
 // closes before it stops, so no event is posted to a stopped io_context.
 #include "serve/http_server.h"
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include <atomic>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 
+#include "serve/beast.h"
 #include "serve/openai_api.h"
 #include "serve/stop_strings.h"
 

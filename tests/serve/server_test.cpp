@@ -2,9 +2,6 @@
 // small Beast client: generated text equal to the engine run directly (greedy), SSE framing,
 // usage, stop strings, finish reasons, errors (400 naming the field, 404, 405, 413, 429), a client
 // gone mid-stream freeing its request, /metrics, many concurrent streams, a slow client.
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -18,11 +15,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <vector>
 
 #include "model/architecture.h"
 #include "runtime/engine.h"
+#include "serve/beast.h"
 #include "serve/chat_template.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
