@@ -17,6 +17,7 @@ packages=(
   nlohmann-json3-dev     # JSON: safetensors headers, config.json (header-only)
   libpcre2-dev           # tokenizer: pre-tokenizer regexes (optional in CMake: no tokenizer without)
   libicu-dev             # tokenizer: NFC normalization (optional like PCRE2)
+  libboost-dev           # hyla serve: Boost.Beast + Asio, header-only (optional in CMake)
   libopenblas-openmp-dev # BLAS, run single-threaded inside Hyla's own parallel tasks
   clang-format           # tools/format.sh (version 14 on Debian 12)
   nodejs                 # the tokenizer tests' reference: HF's JS tokenizer (tokenizer_reference.sh)

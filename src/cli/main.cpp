@@ -3,7 +3,8 @@
 // out, by default on the embedded demo model; or token ids in, ids out; through the runtime
 // engine), bench (the engine's prefill and decode speed in llama-bench's cases), tokenize /
 // detokenize (text <-> ids through a tokenizer.json; only in builds with PCRE2), template (a chat
-// request -> the prompt its chat template renders). A later issue adds serve.
+// request -> the prompt its chat template renders), serve (the OpenAI-compatible HTTP server; in
+// builds with Boost and the tokenizer).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
+#include "cli/serve.h"
 #include "cli/template.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
@@ -160,6 +162,37 @@ int main(int argc, char** argv) {
                    "chat_template, bos_token, eos_token (default: the embedded demo model, which "
                    "gets a plain 'User: ... / Assistant:' template when it has none)");
 
+  hyla::cli::ServeOptions serve;
+  CLI::App* srv = app.add_subcommand(
+      "serve",
+      "an OpenAI-compatible HTTP server: POST /v1/chat/completions and /v1/completions (streamed "
+      "with SSE or not), GET /v1/models, /health, /metrics (Prometheus)");
+  srv->add_option("--model", serve.model_dir,
+                  "checkpoint folder with tokenizer.json (default: the embedded demo model)");
+  srv->add_option("--host", serve.host, "address to listen on (default 127.0.0.1)");
+  srv->add_option("--port", serve.port, "port to listen on (default 8080; 0: any free port)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65535}));
+  srv->add_option("--device", serve.device, "cpu, cuda, or auto (default: cuda when visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  srv->add_option("--max-waiting", serve.max_waiting,
+                  "requests queued before the admission; more are answered 429 (default 256)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  srv->add_option("--max-running", serve.max_running,
+                  "requests generating at once (default 64; also bounded by the memory)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  srv->add_option("--default-max-tokens", serve.default_max_tokens,
+                  "max_tokens of a request that gives none (default 256)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  srv->add_option("--budget-mib", serve.budget_mib,
+                  "memory for state slots + KV pages (default: sized for --max-running requests)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  srv->add_option("--http-threads", serve.http_threads, "threads serving the connections")
+      ->check(CLI::Range(1, 64));
+  int serve_threads = 0;
+  srv->add_option("--threads", serve_threads,
+                  "CPU threads of the model (default: $HYLA_NUM_THREADS, else the cores)")
+      ->check(CLI::Range(1, 1024));
+
 #ifdef HYLA_WITH_PCRE2
   std::string tokenizer_path, tokenizer_model;
   CLI::App* tok = app.add_subcommand(
@@ -194,6 +227,10 @@ int main(int argc, char** argv) {
   if (bn->parsed()) {
     if (bench_threads > 0) hyla::set_num_threads(bench_threads);
     return hyla::cli::run_bench(bench);
+  }
+  if (srv->parsed()) {
+    if (serve_threads > 0) hyla::set_num_threads(serve_threads);
+    return hyla::cli::run_serve(serve);
   }
   if (tmpl->parsed()) return hyla::cli::run_template(template_model);
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);

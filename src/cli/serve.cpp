@@ -1,0 +1,178 @@
+// `hyla serve` (see serve.h): tokenizer + chat template + model (on --device) + engine ->
+// EngineLoop -> HttpServer; the main thread waits for SIGINT / SIGTERM, then stops both.
+#include "cli/serve.h"
+
+#include <cstdio>
+
+#include "cli/device.h"
+#include "cli/generate.h"
+#include "core/error.h"
+#ifdef HYLA_WITH_SERVER
+#include <csignal>
+#include <filesystem>
+#include <set>
+
+#include "model/architecture.h"
+#include "model/json_file.h"
+#include "runtime/engine.h"
+#include "serve/chat_template.h"
+#include "serve/engine_loop.h"
+#include "serve/http_server.h"
+#include "serve/tokenizer.h"
+#endif
+
+namespace hyla::cli {
+
+namespace {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "hyla serve: %s\n", message.c_str());
+  return 1;
+}
+
+#ifdef HYLA_WITH_SERVER
+namespace fs = std::filesystem;
+
+/// Token ids that end a generation: <|endoftext|>, <|im_end|>, config.json's eos_token_id and
+/// tokenizer_config.json's eos_token, those inside the vocabulary.
+std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::string& dir,
+                                 int64_t vocab_size) {
+  std::set<int64_t> ids;
+  for (const char* name : {"<|endoftext|>", "<|im_end|>"})
+    if (const std::optional<int32_t> id = tokenizer.token_id(name)) ids.insert(*id);
+  Result<nlohmann::json> config = model::read_json_file(dir + "/config.json");
+  if (config.ok() && config->is_object() && config->contains("eos_token_id")) {
+    const nlohmann::json& eos = (*config)["eos_token_id"];
+    if (eos.is_number_integer()) ids.insert(eos.get<int64_t>());
+    if (eos.is_array())
+      for (const nlohmann::json& e : eos)
+        if (e.is_number_integer()) ids.insert(e.get<int64_t>());
+  }
+  Result<nlohmann::json> tokenizer_config = model::read_json_file(dir + "/tokenizer_config.json");
+  if (tokenizer_config.ok() && tokenizer_config->is_object()) {
+    auto it = tokenizer_config->find("eos_token");
+    if (it != tokenizer_config->end()) {
+      std::string name;
+      if (it->is_string()) name = it->get<std::string>();
+      if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+        name = (*it)["content"].get<std::string>();
+      if (const std::optional<int32_t> id = tokenizer.token_id(name)) ids.insert(*id);
+    }
+  }
+  std::vector<int32_t> out;
+  for (int64_t id : ids)
+    if (id >= 0 && id < vocab_size) out.push_back(int32_t(id));
+  return out;
+}
+
+bool same_dir(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  const fs::path pa = fs::weakly_canonical(a, ec);
+  if (ec) return false;
+  const fs::path pb = fs::weakly_canonical(b, ec);
+  return !ec && pa == pb;
+}
+
+int serve(const ServeOptions& options) {
+  // SIGINT / SIGTERM are taken by sigwait at the end: blocked before any thread starts (the
+  // thread pool's, OpenBLAS's), since a thread that does not block them would take them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (options.port < 0 || options.port > 65535)
+    return fail(str_cat("--port is ", options.port, ", expected an integer in [0, 65535]"));
+  const std::string dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
+  if (!fs::exists(fs::path(dir) / "config.json"))
+    return fail(str_cat("model folder ", dir, " has no config.json"));
+  const Result<Device> device = resolve_device(options.device);
+  if (!device.ok()) return fail(device.status().message());
+
+  Result<serve::Tokenizer> tokenizer = serve::Tokenizer::load(dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return fail(tokenizer.status().message());
+  Result<serve::ChatTemplate> chat = serve::load_chat_template(
+      dir, options.model_dir.empty() || same_dir(dir, default_model_dir()));
+  if (!chat.ok()) return fail(chat.status().message());
+  Result<std::unique_ptr<model::Model>> model = model::load_model(dir);
+  if (!model.ok()) return fail(model.status().message());
+  model = model_on(std::move(model).value(), device.value());
+  if (!model.ok()) return fail(model.status().message());
+  const model::ModelConfig& config = model.value()->config();
+  if (tokenizer->vocab_size() > config.vocab_size)
+    return fail(str_cat("the tokenizer has ", tokenizer->vocab_size(),
+                        " tokens, more than the model's vocabulary of ", config.vocab_size));
+
+  runtime::EngineOptions engine_options;
+  engine_options.device = device.value();
+  engine_options.max_running = options.max_running;
+  const int64_t context = config.max_context > 0 ? config.max_context : 4096;
+  if (options.budget_mib) {
+    engine_options.memory_budget_bytes = *options.budget_mib << 20;
+  } else {
+    // Pages are reserved for prompt + max_tokens at admission: size for max_running requests of
+    // default_max_tokens plus a prompt as long, and for one request of the whole context.
+    std::vector<int64_t> tokens(size_t(options.max_running), 2 * options.default_max_tokens);
+    tokens[0] = context;
+    Result<runtime::MemorySizing> sizing =
+        runtime::size_engine_memory(config, engine_options, tokens);
+    if (!sizing.ok()) return fail(sizing.status().message());
+    engine_options.memory_budget_bytes = sizing->budget_bytes;
+    engine_options.state_ratio = sizing->state_ratio;
+  }
+  Result<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::create(*model.value(), engine_options);
+  if (!engine.ok()) return fail(engine.status().message());
+  std::fprintf(stderr, "memory plan (%s): %s\n", device_name(device.value()).c_str(),
+               engine.value()->plan().summary().c_str());
+
+  serve::EngineLoop loop(*engine.value(), options.max_waiting);
+  serve::ServerModel server_model;
+  server_model.loop = &loop;
+  server_model.plan = &engine.value()->plan();
+  server_model.tokenizer = &tokenizer.value();
+  server_model.chat = &chat.value();
+  server_model.stop_token_ids = stop_tokens(*tokenizer, dir, config.vocab_size);
+  server_model.vocab_size = config.vocab_size;
+  serve::ServerOptions server_options;
+  server_options.host = options.host;
+  server_options.port = uint16_t(options.port);
+  server_options.threads = options.http_threads;
+  server_options.model_name = fs::path(dir).lexically_normal().filename().string();
+  if (server_options.model_name.empty()) server_options.model_name = "hyla";
+  server_options.default_max_tokens = options.default_max_tokens;
+  server_options.max_context = context;
+  Result<std::unique_ptr<serve::HttpServer>> server =
+      serve::HttpServer::start(server_model, server_options);
+  if (!server.ok()) return fail(server.status().message());
+  std::fprintf(stderr, "hyla serve: %s on http://%s:%u (model '%s')\n", dir.c_str(),
+               options.host.c_str(), unsigned(server.value()->port()),
+               server_options.model_name.c_str());
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::fprintf(stderr, "hyla serve: signal %d, stopping\n", signal);
+  server.value()->stop();
+  loop.stop();
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int run_serve(const ServeOptions& options) {
+#ifdef HYLA_WITH_SERVER
+  try {
+    return serve(options);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+#else
+  (void)options;
+  return fail(
+      "this hyla was built without the HTTP server (it needs the Boost headers, libboost-dev, and "
+      "the tokenizer, libpcre2-dev + libicu-dev: install them, e.g. with tools/install_deps.sh, "
+      "and rebuild)");
+#endif
+}
+
+}  // namespace hyla::cli

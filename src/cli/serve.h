@@ -1,0 +1,30 @@
+// `hyla serve`: the OpenAI-compatible HTTP server (serve/http_server.h) on one model.
+//   hyla serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--device auto|cpu|cuda]
+//              [--max-waiting N] [--budget-mib N] [--threads N]
+// DIR defaults to the embedded demo model. Runs until SIGINT / SIGTERM.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace hyla::cli {
+
+struct ServeOptions {
+  std::string model_dir;  ///< empty: default_model_dir()
+  std::string host = "127.0.0.1";
+  int64_t port = 8080;
+  std::string device = "auto";
+  int64_t max_waiting = 256;
+  int64_t max_running = 64;
+  int64_t default_max_tokens = 256;
+  std::optional<int64_t> budget_mib;  ///< unset: sized for max_running requests of the context
+  int http_threads = 2;
+};
+
+/// Loads the model, tokenizer and chat template, starts the engine loop and the server, and
+/// serves until SIGINT / SIGTERM. Returns the exit code (1 with the reason when something does
+/// not load, the port cannot be bound, or the build has no server).
+int run_serve(const ServeOptions& options);
+
+}  // namespace hyla::cli
