@@ -709,6 +709,9 @@ class Interpreter {
       if (object.kind() != Value::Kind::kNamespace)
         fail_at(target, str_cat("cannot set an attribute of a ", object.type_name(),
                                 ": only of a namespace()"));
+      // a namespace holding itself would be a reference cycle (never freed)
+      if (v.kind() == Value::Kind::kNamespace && v.same_object(object))
+        fail_at(target, "a namespace cannot hold itself");
       object.mutable_entries().set(target.text, std::move(v));
     }
   }
