@@ -295,12 +295,9 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
 }
 
 #ifdef HYLA_WITH_PCRE2
-/// Token ids that end a text generation: the tokenizer's <|endoftext|> and config.json's
-/// eos_token_id (a number or a list), those inside the model's vocabulary.
-std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::string& model_dir,
-                                 int64_t vocab_size) {
-  std::set<int64_t> ids;
-  if (const std::optional<int32_t> id = tokenizer.token_id("<|endoftext|>")) ids.insert(*id);
+}  // namespace
+
+void add_config_eos_ids(const std::string& model_dir, std::set<int64_t>& ids) {
   Result<nlohmann::json> config = model::read_json_file(model_dir + "/config.json");
   if (config.ok() && config->is_object() && config->contains("eos_token_id")) {
     const nlohmann::json& eos = (*config)["eos_token_id"];
@@ -309,6 +306,17 @@ std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::s
       for (const nlohmann::json& e : eos)
         if (e.is_number_integer()) ids.insert(e.get<int64_t>());
   }
+}
+
+namespace {
+
+/// Token ids that end a text generation: the tokenizer's <|endoftext|> and config.json's
+/// eos_token_id (a number or a list), those inside the model's vocabulary.
+std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::string& model_dir,
+                                 int64_t vocab_size) {
+  std::set<int64_t> ids;
+  if (const std::optional<int32_t> id = tokenizer.token_id("<|endoftext|>")) ids.insert(*id);
+  add_config_eos_ids(model_dir, ids);
   std::vector<int32_t> out;
   for (int64_t id : ids)
     if (id >= 0 && id < vocab_size) out.push_back(int32_t(id));

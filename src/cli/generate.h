@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,5 +64,9 @@ std::string default_model_dir();
 /// or any request refused or failed (the others still run to the end and print).
 int run_generate(const GenerateOptions& options, std::FILE* out = stdout, std::FILE* err = stderr,
                  std::FILE* in = stdin);
+
+/// Adds config.json's eos_token_id (an integer or a list) in `model_dir` to `ids`; nothing when
+/// the file or the field is missing or malformed.
+void add_config_eos_ids(const std::string& model_dir, std::set<int64_t>& ids);
 
 }  // namespace hyla::cli

@@ -40,14 +40,7 @@ std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::s
   std::set<int64_t> ids;
   for (const char* name : {"<|endoftext|>", "<|im_end|>"})
     if (const std::optional<int32_t> id = tokenizer.token_id(name)) ids.insert(*id);
-  Result<nlohmann::json> config = model::read_json_file(dir + "/config.json");
-  if (config.ok() && config->is_object() && config->contains("eos_token_id")) {
-    const nlohmann::json& eos = (*config)["eos_token_id"];
-    if (eos.is_number_integer()) ids.insert(eos.get<int64_t>());
-    if (eos.is_array())
-      for (const nlohmann::json& e : eos)
-        if (e.is_number_integer()) ids.insert(e.get<int64_t>());
-  }
+  add_config_eos_ids(dir, ids);
   Result<nlohmann::json> tokenizer_config = model::read_json_file(dir + "/tokenizer_config.json");
   if (tokenizer_config.ok() && tokenizer_config->is_object()) {
     auto it = tokenizer_config->find("eos_token");
