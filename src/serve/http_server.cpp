@@ -3,7 +3,10 @@
 // closes before it stops, so no event is posted to a stopped io_context.
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -239,9 +242,16 @@ class Session : public std::enable_shared_from_this<Session> {
             return self->do_read();
           }
           if (!self->generating_) return;
-          beast::error_code avail_ec;
-          const size_t available = self->stream_.socket().available(avail_ec);
-          if (ec || avail_ec || available == 0) self->client_gone();
+          if (ec) return self->client_gone();
+          // The reactor may report a stale readiness (the request's own bytes, already read):
+          // only a peek that finds the end of the stream (0) or an error means the client left;
+          // nothing to read yet means it is still there, so the watch goes on.
+          char byte = 0;
+          const ssize_t peeked =
+              ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return self->watch_disconnect();
+          if (peeked <= 0) self->client_gone();
           // Else the client sent more (a pipelined request): read after this response.
         });
   }
