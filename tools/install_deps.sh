@@ -22,6 +22,7 @@ packages=(
   clang-format           # tools/format.sh (version 14 on Debian 12)
   nodejs                 # the tokenizer tests' reference: HF's JS tokenizer (tokenizer_reference.sh)
   npm                    # ... fetched with npm (pinned versions)
+  chromium-headless-shell # the chat page of `hyla serve` checked in a headless browser (serve_chat_page)
 )
 
 missing=()

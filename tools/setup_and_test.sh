@@ -8,7 +8,9 @@
 # is fetched once into <build>/tokenizer_ref and handed to them (CMake HYLA_TOKENIZER_REF); when
 # the fetch fails they fail too, saying what is missing. The chat-template reference
 # (@huggingface/jinja on Qwen3's template, via npm) goes into <build>/jinja_ref (CMake
-# HYLA_JINJA_REF); without network its tests skip, saying so.
+# HYLA_JINJA_REF); without network its tests skip, saying so. The official openai npm client goes
+# into <build>/openai_client (CMake HYLA_OPENAI_CLIENT) for the end-to-end test of `hyla serve`;
+# without network it skips, saying so.
 set -euo pipefail
 
 sanitize=0
@@ -55,7 +57,11 @@ fi
 jinja_ref="$(cd "$build_dir" && pwd)/jinja_ref"
 bash tools/jinja_reference.sh "$jinja_ref" || echo "setup_and_test.sh: tools/jinja_reference.sh failed" >&2
 
+openai_client="$(cd "$build_dir" && pwd)/openai_client"
+bash tools/openai_client.sh "$openai_client" || echo "setup_and_test.sh: tools/openai_client.sh failed" >&2
+
 cmake -S . -B "$build_dir" "${generator[@]}" -DHYLA_TESTS=ON "${options[@]}" \
-  -DHYLA_TOKENIZER_REF="$tokenizer_ref" -DHYLA_JINJA_REF="$jinja_ref"
+  -DHYLA_TOKENIZER_REF="$tokenizer_ref" -DHYLA_JINJA_REF="$jinja_ref" \
+  -DHYLA_OPENAI_CLIENT="$openai_client"
 cmake --build "$build_dir"
 ctest --test-dir "$build_dir" --output-on-failure -j2

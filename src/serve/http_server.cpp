@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "serve/beast.h"
+#include "serve/chat_page.h"
 #include "serve/openai_api.h"
 #include "serve/stop_strings.h"
 
@@ -165,6 +166,9 @@ class Session : public std::enable_shared_from_this<Session> {
       if (allow(http::verb::post, "POST")) generate(Endpoint::kCompletions, request.body());
     } else if (target == "/v1/models") {
       if (allow(http::verb::get, "GET")) respond(200, models_body(), "application/json");
+    } else if (target == "/" || target == "/index.html") {
+      if (allow(http::verb::get, "GET"))
+        respond(200, std::string(chat_page_html()), "text/html; charset=utf-8");
     } else if (target == "/health") {
       if (allow(http::verb::get, "GET")) respond(200, "{\"status\":\"ok\"}", "application/json");
     } else if (target == "/metrics") {

@@ -1,7 +1,8 @@
 // `hyla serve`'s HTTP server in process, on the demo model (CPU) and an ephemeral port, driven by a
 // small Beast client: generated text equal to the engine run directly (greedy), SSE framing,
-// usage, stop strings, finish reasons, errors (400 naming the field, 404, 405, 413, 429), a client
-// gone mid-stream freeing its request, /metrics, many concurrent streams, a slow client.
+// usage, stop strings, finish reasons, errors (400 naming the field, 404, 405, 413, 429), the chat
+// page at /, a client gone mid-stream freeing its request, /metrics, many concurrent streams, a
+// slow client.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,7 @@
 #include "model/architecture.h"
 #include "runtime/engine.h"
 #include "serve/beast.h"
+#include "serve/chat_page.h"
 #include "serve/chat_template.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
@@ -480,6 +482,21 @@ TEST_F(ServerTest, RoutesMethodsAndBodySize) {
   http::read(socket, buffer, response, ec);
   ASSERT_FALSE(ec) << ec.message();
   EXPECT_EQ(response.result_int(), 413);
+}
+
+TEST_F(ServerTest, RootServesTheChatPage) {
+  auto t = start_server();
+  ASSERT_NE(t, nullptr);
+  for (const char* target : {"/", "/index.html", "/?prompt=Hello"}) {
+    SCOPED_TRACE(target);
+    HttpResult page = send(t->port, http::verb::get, target);
+    ASSERT_EQ(page.status, 200) << page.error;
+    EXPECT_EQ(page.headers["Content-Type"], "text/html; charset=utf-8");
+    EXPECT_EQ(page.body, std::string(chat_page_html()));
+    EXPECT_EQ(page.body.rfind("<!DOCTYPE html>", 0), 0u);
+    EXPECT_NE(page.body.find("/v1/chat/completions"), std::string::npos);
+  }
+  EXPECT_EQ(send(t->port, http::verb::post, "/").status, 405);
 }
 
 /// Opens a streaming request and reads until its first event has arrived; the socket stays open.
