@@ -4,12 +4,14 @@
 // engine), bench (the engine's prefill and decode speed in llama-bench's cases), tokenize /
 // detokenize (text <-> ids through a tokenizer.json; only in builds with PCRE2), template (a chat
 // request -> the prompt its chat template renders), serve (the OpenAI-compatible HTTP server; in
-// builds with Boost and the tokenizer).
+// builds with Boost and the tokenizer), chat (a conversation in the terminal, through the chat
+// template and the engine; in builds with the tokenizer).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
 #include "cli/bench.h"
+#include "cli/chat.h"
 #include "cli/generate.h"
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
@@ -169,7 +171,11 @@ int main(int argc, char** argv) {
       "with SSE or not), GET /v1/models, /health, /metrics (Prometheus)");
   srv->add_option("--model", serve.model_dir,
                   "checkpoint folder with tokenizer.json (default: the embedded demo model)");
-  srv->add_option("--host", serve.host, "address to listen on (default 127.0.0.1)");
+  srv->add_option("--host", serve.host,
+                  "address or host name to listen on (default 127.0.0.1; IPv6 as ::1 or [::1])");
+  srv->add_option("--served-model-name", serve.served_model_name,
+                  "the model's name in the API: /v1/models and requests' \"model\" (default: the "
+                  "model folder's name)");
   srv->add_option("--port", serve.port, "port to listen on (default 8080; 0: any free port)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   srv->add_option("--device", serve.device, "cpu, cuda, or auto (default: cuda when visible)")
@@ -191,6 +197,29 @@ int main(int argc, char** argv) {
   int serve_threads = 0;
   srv->add_option("--threads", serve_threads,
                   "CPU threads of the model (default: $HYLA_NUM_THREADS, else the cores)")
+      ->check(CLI::Range(1, 1024));
+
+  hyla::cli::ChatOptions chat;
+  CLI::App* ch = app.add_subcommand(
+      "chat",
+      "a conversation with a model in the terminal (one message per line; /reset, /exit), "
+      "through its chat template, replies streamed token by token");
+  ch->add_option("--model", chat.model_dir,
+                 "checkpoint folder with tokenizer.json (default: the embedded demo model)");
+  ch->add_option("--device", chat.device, "cpu, cuda, or auto (default: cuda when visible)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  ch->add_option("--system", chat.system, "a system message opening the conversation");
+  ch->add_option("--max-tokens", chat.max_tokens, "tokens per reply at most (default 512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  ch->add_option("--temperature", chat.temperature, "0 = greedy (default 0.7)")
+      ->check(CLI::Range(0.0f, 100.0f));
+  ch->add_option("--top-p", chat.top_p, "nucleus mass, 1 = off (default 0.95)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  ch->add_option("--seed", chat.seed, "seed of the first reply's draws (reply n: seed + n)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  int chat_threads = 0;
+  ch->add_option("--threads", chat_threads,
+                 "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
       ->check(CLI::Range(1, 1024));
 
 #ifdef HYLA_WITH_PCRE2
@@ -231,6 +260,10 @@ int main(int argc, char** argv) {
   if (srv->parsed()) {
     if (serve_threads > 0) hyla::set_num_threads(serve_threads);
     return hyla::cli::run_serve(serve);
+  }
+  if (ch->parsed()) {
+    if (chat_threads > 0) hyla::set_num_threads(chat_threads);
+    return hyla::cli::run_chat(chat);
   }
   if (tmpl->parsed()) return hyla::cli::run_template(template_model);
   if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);

@@ -10,10 +10,9 @@
 #ifdef HYLA_WITH_SERVER
 #include <csignal>
 #include <filesystem>
-#include <set>
 
+#include "cli/chat_model.h"
 #include "model/architecture.h"
-#include "model/json_file.h"
 #include "runtime/engine.h"
 #include "serve/chat_template.h"
 #include "serve/engine_loop.h"
@@ -33,39 +32,6 @@ int fail(const std::string& message) {
 #ifdef HYLA_WITH_SERVER
 namespace fs = std::filesystem;
 
-/// Token ids that end a generation: <|endoftext|>, <|im_end|>, config.json's eos_token_id and
-/// tokenizer_config.json's eos_token, those inside the vocabulary.
-std::vector<int32_t> stop_tokens(const serve::Tokenizer& tokenizer, const std::string& dir,
-                                 int64_t vocab_size) {
-  std::set<int64_t> ids;
-  for (const char* name : {"<|endoftext|>", "<|im_end|>"})
-    if (const std::optional<int32_t> id = tokenizer.token_id(name)) ids.insert(*id);
-  add_config_eos_ids(dir, ids);
-  Result<nlohmann::json> tokenizer_config = model::read_json_file(dir + "/tokenizer_config.json");
-  if (tokenizer_config.ok() && tokenizer_config->is_object()) {
-    auto it = tokenizer_config->find("eos_token");
-    if (it != tokenizer_config->end()) {
-      std::string name;
-      if (it->is_string()) name = it->get<std::string>();
-      if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
-        name = (*it)["content"].get<std::string>();
-      if (const std::optional<int32_t> id = tokenizer.token_id(name)) ids.insert(*id);
-    }
-  }
-  std::vector<int32_t> out;
-  for (int64_t id : ids)
-    if (id >= 0 && id < vocab_size) out.push_back(int32_t(id));
-  return out;
-}
-
-bool same_dir(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  const fs::path pa = fs::weakly_canonical(a, ec);
-  if (ec) return false;
-  const fs::path pb = fs::weakly_canonical(b, ec);
-  return !ec && pa == pb;
-}
-
 int serve(const ServeOptions& options) {
   // SIGINT / SIGTERM are taken by sigwait at the end: blocked before any thread starts (the
   // thread pool's, OpenBLAS's), since a thread that does not block them would take them.
@@ -84,8 +50,7 @@ int serve(const ServeOptions& options) {
 
   Result<serve::Tokenizer> tokenizer = serve::Tokenizer::load(dir + "/tokenizer.json");
   if (!tokenizer.ok()) return fail(tokenizer.status().message());
-  Result<serve::ChatTemplate> chat = serve::load_chat_template(
-      dir, options.model_dir.empty() || same_dir(dir, default_model_dir()));
+  Result<serve::ChatTemplate> chat = load_model_chat_template(dir, options.model_dir);
   if (!chat.ok()) return fail(chat.status().message());
   Result<std::unique_ptr<model::Model>> model = model::load_model(dir);
   if (!model.ok()) return fail(model.status().message());
@@ -103,8 +68,10 @@ int serve(const ServeOptions& options) {
   if (options.budget_mib) {
     engine_options.memory_budget_bytes = *options.budget_mib << 20;
   } else {
-    // Pages are reserved for prompt + max_tokens at admission: size for max_running requests of
-    // default_max_tokens plus a prompt as long, and for one request of the whole context.
+    // Pages are taken by need (admission the prompt's, each decode step its token's; a full pool
+    // preempts the newest request). Size the pools so that max_running requests of
+    // default_max_tokens plus a prompt as long run together without preemption, and so that one
+    // request can reach the whole context.
     std::vector<int64_t> tokens(size_t(options.max_running), 2 * options.default_max_tokens);
     tokens[0] = context;
     Result<runtime::MemorySizing> sizing =
@@ -125,22 +92,25 @@ int serve(const ServeOptions& options) {
   server_model.plan = &engine.value()->plan();
   server_model.tokenizer = &tokenizer.value();
   server_model.chat = &chat.value();
-  server_model.stop_token_ids = stop_tokens(*tokenizer, dir, config.vocab_size);
+  server_model.stop_token_ids = chat_stop_tokens(*tokenizer, dir, config.vocab_size);
   server_model.vocab_size = config.vocab_size;
   serve::ServerOptions server_options;
   server_options.host = options.host;
   server_options.port = uint16_t(options.port);
   server_options.threads = options.http_threads;
-  server_options.model_name = fs::path(dir).lexically_normal().filename().string();
+  server_options.model_name = options.served_model_name;
+  if (server_options.model_name.empty())
+    server_options.model_name = fs::path(dir).lexically_normal().filename().string();
   if (server_options.model_name.empty()) server_options.model_name = "hyla";
   server_options.default_max_tokens = options.default_max_tokens;
   server_options.max_context = context;
   Result<std::unique_ptr<serve::HttpServer>> server =
       serve::HttpServer::start(server_model, server_options);
   if (!server.ok()) return fail(server.status().message());
-  std::fprintf(stderr, "hyla serve: %s on http://%s:%u (model '%s')\n", dir.c_str(),
-               options.host.c_str(), unsigned(server.value()->port()),
-               server_options.model_name.c_str());
+  const std::string address = server.value()->address();
+  const std::string shown = address.find(':') == std::string::npos ? address : "[" + address + "]";
+  std::fprintf(stderr, "hyla serve: %s on http://%s:%u (model '%s')\n", dir.c_str(), shown.c_str(),
+               unsigned(server.value()->port()), server_options.model_name.c_str());
   int signal = 0;
   sigwait(&signals, &signal);
   std::fprintf(stderr, "hyla serve: signal %d, stopping\n", signal);

@@ -1,6 +1,6 @@
 // `hyla serve`: the OpenAI-compatible HTTP server (serve/http_server.h) on one model.
 //   hyla serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--device auto|cpu|cuda]
-//              [--max-waiting N] [--budget-mib N] [--threads N]
+//              [--served-model-name NAME] [--max-waiting N] [--budget-mib N] [--threads N]
 // DIR defaults to the embedded demo model. Runs until SIGINT / SIGTERM.
 #pragma once
 
@@ -11,9 +11,10 @@
 namespace hyla::cli {
 
 struct ServeOptions {
-  std::string model_dir;  ///< empty: default_model_dir()
-  std::string host = "127.0.0.1";
+  std::string model_dir;           ///< empty: default_model_dir()
+  std::string host = "127.0.0.1";  ///< an IP address or a host name
   int64_t port = 8080;
+  std::string served_model_name;  ///< empty: the model folder's name
   std::string device = "auto";
   int64_t max_waiting = 256;
   int64_t max_running = 64;

@@ -35,6 +35,30 @@ struct Gate {
   bool open = true;
 };
 
+/// The addresses to listen on: an IP literal (IPv6 also in brackets, "[::1]") as it is, else the
+/// host name's addresses from Asio's resolver (the system's: /etc/hosts, DNS).
+Result<std::vector<tcp::endpoint>> listen_endpoints(net::io_context& ioc,
+                                                    const ServerOptions& options) {
+  std::string host = options.host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (host.empty()) return invalid_argument("the host to listen on is '' (empty)");
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(host, ec);
+  if (!ec) return std::vector<tcp::endpoint>{tcp::endpoint(address, options.port)};
+  tcp::resolver resolver(ioc);
+  const tcp::resolver::results_type results =
+      resolver.resolve(host, std::to_string(options.port),
+                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty())
+    return invalid_argument("the host '", options.host,
+                            "' is neither an IP address nor a name that resolves (",
+                            ec ? ec.message() : "no addresses", ")");
+  std::vector<tcp::endpoint> out;
+  for (const auto& entry : results) out.push_back(entry.endpoint());
+  return out;
+}
+
 int64_t unix_time() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -80,6 +104,7 @@ struct HttpServer::Impl {
   bool stopped = false;
   const int64_t created_at = unix_time();
   uint16_t port = 0;
+  std::string address;
 
   ~Impl() {
     for (std::thread& t : threads)
@@ -225,6 +250,8 @@ class Session : public std::enable_shared_from_this<Session> {
     self_ = shared_from_this();
     decoder_.emplace(*server_.model.tokenizer);
     stops_.emplace(request_.stop);
+    logprobs_.emplace();
+    delivered_logprobs_.clear();
     text_.clear();
     completion_tokens_ = 0;
     first_chunk_ = true;
@@ -286,8 +313,12 @@ class Session : public std::enable_shared_from_this<Session> {
         server_.metrics.observe_tpot(std::chrono::duration<double>(now - last_token_).count());
       last_token_ = now;
       if (e.reason != runtime::FinishReason::kStopToken) {
-        StopStrings::Piece piece = stops_->push(decoder_->push(e.token));
-        emit(piece.text);
+        const std::string decoded = decoder_->push(e.token);
+        if (request_.params.logprobs)
+          logprobs_->push({e.token, e.logprob.value_or(0.0), e.top_logprobs, 0}, decoded,
+                          decoder_->holding());
+        StopStrings::Piece piece = stops_->push(decoded);
+        emit(piece.text, piece.stopped);
         if (piece.stopped) {
           server_.model.loop->cancel(ticket_);
           return finish("stop");
@@ -298,8 +329,10 @@ class Session : public std::enable_shared_from_this<Session> {
     switch (e.reason) {
       case runtime::FinishReason::kStopToken:
       case runtime::FinishReason::kMaxTokens: {
-        StopStrings::Piece piece = stops_->push(decoder_->finish());
-        emit(piece.text);
+        const std::string decoded = decoder_->finish();
+        logprobs_->flush(decoded);
+        StopStrings::Piece piece = stops_->push(decoded);
+        emit(piece.text, piece.stopped);
         if (!piece.stopped) emit(stops_->finish());
         return finish(piece.stopped || e.reason == runtime::FinishReason::kStopToken ? "stop"
                                                                                      : "length");
@@ -313,13 +346,21 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void emit(const std::string& text) {
-    if (text.empty()) return;
+  /// Delivers text (`cut`: a stop string ends it here) with the log-probabilities of the tokens
+  /// it completes (openai_api.h says which).
+  void emit(const std::string& text, bool cut = false) {
+    std::vector<TokenLogprobEntry> entries;
+    if (request_.params.logprobs) entries = logprobs_->take(text, cut);
+    if (text.empty() && entries.empty()) return;
     if (!request_.stream) {
       text_ += text;
+      for (TokenLogprobEntry& e : entries) delivered_logprobs_.push_back(std::move(e));
       return;
     }
-    queue(sse_event(stream_chunk(request_, id_, created_, text, first_chunk_, "")));
+    const nlohmann::json logprobs =
+        entries.empty() ? nlohmann::json()
+                        : logprobs_json(request_, *server_.model.tokenizer, entries);
+    queue(sse_event(stream_chunk(request_, id_, created_, text, first_chunk_, "", logprobs)));
     first_chunk_ = false;
   }
 
@@ -334,8 +375,11 @@ class Session : public std::enable_shared_from_this<Session> {
       end_stream_ = true;
       write_next();
     } else {
-      respond(200, completion_body(request_, id_, created_, text_, reason, completion_tokens_),
-              "application/json");
+      respond(
+          200,
+          completion_body(request_, id_, created_, text_, reason, completion_tokens_,
+                          logprobs_json(request_, *server_.model.tokenizer, delivered_logprobs_)),
+          "application/json");
     }
     self_.reset();  // the pending writes hold the session now
   }
@@ -476,6 +520,8 @@ class Session : public std::enable_shared_from_this<Session> {
   GenerationRequest request_;
   std::optional<StreamingDecoder> decoder_;
   std::optional<StopStrings> stops_;
+  std::optional<LogprobTracker> logprobs_;
+  std::vector<TokenLogprobEntry> delivered_logprobs_;  // not streamed: the response's
   std::string text_;
   int64_t completion_tokens_ = 0;
   bool first_chunk_ = true;
@@ -545,20 +591,26 @@ HttpServer::~HttpServer() { stop(); }
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerModel& model,
                                                       const ServerOptions& options) {
   auto impl = std::make_unique<Impl>(model, options);
+  Result<std::vector<tcp::endpoint>> endpoints = listen_endpoints(impl->ioc, options);
+  if (!endpoints.ok()) return endpoints.status();
+  // The first address that can be bound (a name may resolve to ::1 and 127.0.0.1, say).
   beast::error_code ec;
-  const net::ip::address address = net::ip::make_address(options.host, ec);
+  for (const tcp::endpoint& endpoint : *endpoints) {
+    beast::error_code close_ec;
+    impl->acceptor.close(close_ec);
+    ec = {};
+    impl->acceptor.open(endpoint.protocol(), ec);
+    if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) impl->acceptor.bind(endpoint, ec);
+    if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+    if (!ec) break;
+  }
   if (ec)
-    return invalid_argument("--host '", options.host, "' is not an IP address (", ec.message(),
-                            ")");
-  const tcp::endpoint endpoint(address, options.port);
-  impl->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(endpoint, ec);
-  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec)
-    return Status(ErrorCode::kIo, str_cat("cannot listen on ", options.host, ":", options.port,
-                                          ": ", ec.message()));
-  impl->port = impl->acceptor.local_endpoint(ec).port();
+    return Status(ErrorCode::kIo, str_cat("cannot listen on host '", options.host, "' port ",
+                                          options.port, ": ", ec.message()));
+  const tcp::endpoint local = impl->acceptor.local_endpoint(ec);
+  impl->port = local.port();
+  impl->address = local.address().to_string();
   impl->accept();
   Impl* raw = impl.get();
   for (int t = 0; t < std::max(1, options.threads); ++t)
@@ -577,6 +629,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const ServerModel& model,
 }
 
 uint16_t HttpServer::port() const { return impl_->port; }
+
+std::string HttpServer::address() const { return impl_->address; }
 
 void HttpServer::stop() { impl_->stop(); }
 

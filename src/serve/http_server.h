@@ -24,7 +24,7 @@
 namespace hyla::serve {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";            ///< an IP address or a host name
   uint16_t port = 8080;                      ///< 0: an ephemeral port (HttpServer::port says which)
   int threads = 2;                           ///< io_context threads
   int64_t body_limit = int64_t{4} << 20;     ///< bytes; more -> 413
@@ -50,8 +50,9 @@ struct ServerModel {
 
 class HttpServer {
  public:
-  /// Binds host:port and starts the threads. Errors: the address does not parse or cannot be
-  /// bound (the message says which and why).
+  /// Binds host:port and starts the threads. The host is an IP address (IPv6 also as "[::1]")
+  /// or a name resolved by the system (the first of its addresses that binds). Errors: a host
+  /// that is neither, or that cannot be bound (the message names it and says why).
   static Result<std::unique_ptr<HttpServer>> start(const ServerModel& model,
                                                    const ServerOptions& options);
   ~HttpServer();  ///< stop()s
@@ -59,6 +60,8 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   uint16_t port() const;
+  /// The IP address it listens on ("127.0.0.1", "::1").
+  std::string address() const;
   /// Closes the listener and every connection, and joins the threads. Idempotent.
   void stop();
   Metrics& metrics();

@@ -472,7 +472,7 @@ Value dictsort(const Value& dict, const CallArgs& a);
 
 Value object_method(const Value& object, const std::string& name) {
   auto bound = [&](auto fn) {
-    return Value::function(name, [object, fn](CallArgs& a) { return fn(object, a); });
+    return Value::function(name, [object, fn](CallArgs& a) { return fn(object, a); }, {object});
   };
   if (name == "get")
     return bound([](const Value& o, CallArgs& a) {
@@ -709,9 +709,11 @@ class Interpreter {
       if (object.kind() != Value::Kind::kNamespace)
         fail_at(target, str_cat("cannot set an attribute of a ", object.type_name(),
                                 ": only of a namespace()"));
-      // a namespace holding itself would be a reference cycle (never freed)
-      if (v.kind() == Value::Kind::kNamespace && v.same_object(object))
-        fail_at(target, "a namespace cannot hold itself");
+      // A namespace holding itself, directly or through a list, dict or bound method, would be a
+      // reference cycle of shared_ptrs (never freed). Lists and dicts never change once built, so
+      // this assignment is the only way a cycle can form.
+      if (v.reaches(object))
+        fail_at(target, "a namespace cannot hold itself (not even inside a list, dict or method)");
       object.mutable_entries().set(target.text, std::move(v));
     }
   }

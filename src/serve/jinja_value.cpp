@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "serve/jinja_syntax.h"
@@ -71,9 +72,11 @@ Value Value::ns(Object entries) {
   v.o_ = std::make_shared<Object>(std::move(entries));
   return v;
 }
-Value Value::function(std::string name, std::function<Value(CallArgs&)> call) {
+Value Value::function(std::string name, std::function<Value(CallArgs&)> call,
+                      std::vector<Value> bound) {
   Value v(Kind::kFunction);
-  v.f_ = std::make_shared<const Function>(Function{std::move(name), std::move(call)});
+  v.f_ = std::make_shared<const Function>(
+      Function{std::move(name), std::move(call), std::move(bound)});
   return v;
 }
 
@@ -188,6 +191,35 @@ bool Value::same_object(const Value& other) const {
     case Kind::kFunction: return f_ == other.f_;
     default: return false;
   }
+}
+
+bool Value::reaches(const Value& target) const {
+  std::unordered_set<const void*> seen;
+  std::vector<const Value*> todo = {this};
+  while (!todo.empty()) {
+    const Value* v = todo.back();
+    todo.pop_back();
+    if (v->same_object(target)) return true;
+    const void* address = nullptr;
+    if (v->kind_ == Kind::kArray) address = v->a_.get();
+    if (v->kind_ == Kind::kObject || v->kind_ == Kind::kNamespace) address = v->o_.get();
+    if (v->kind_ == Kind::kFunction) address = v->f_.get();
+    if (address == nullptr || !seen.insert(address).second) continue;
+    switch (v->kind_) {
+      case Kind::kArray:
+        for (const Value& item : *v->a_) todo.push_back(&item);
+        break;
+      case Kind::kObject:
+      case Kind::kNamespace:
+        for (const auto& entry : v->o_->entries()) todo.push_back(&entry.second);
+        break;
+      case Kind::kFunction:
+        for (const Value& held : v->f_->bound) todo.push_back(&held);
+        break;
+      default: break;
+    }
+  }
+  return false;
 }
 
 const Value& CallArgs::get(size_t i, std::string_view name) const {

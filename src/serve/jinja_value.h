@@ -38,6 +38,8 @@ class Object {
 struct Function {
   std::string name;
   std::function<Value(CallArgs&)> call;
+  /// The values `call` keeps alive (a bound method's dict), so Value::reaches can see into it.
+  std::vector<Value> bound{};
 };
 
 class Value {
@@ -64,7 +66,8 @@ class Value {
   static Value array(std::vector<Value> items = {});
   static Value object(Object entries = {});
   static Value ns(Object entries = {});
-  static Value function(std::string name, std::function<Value(CallArgs&)> call);
+  static Value function(std::string name, std::function<Value(CallArgs&)> call,
+                        std::vector<Value> bound = {});
   /// JSON -> Value as JSON.parse + @huggingface/jinja would see it: integral numbers are ints,
   /// and keys that are array indices ("0", "17") come first in ascending order (JS objects).
   static Value from_json(const nlohmann::ordered_json& json);
@@ -96,6 +99,10 @@ class Value {
   const char* type_name() const;
   /// True when both share the same list / dict / namespace / function object.
   bool same_object(const Value& other) const;
+  /// True when `target` (a list, dict, namespace or function) is this value or held by it, at any
+  /// depth, through list items, dict and namespace entries and functions' bound values. Each
+  /// object is visited once, so shared sub-values cost nothing extra.
+  bool reaches(const Value& target) const;
 
  private:
   explicit Value(Kind kind) : kind_(kind) {}

@@ -18,6 +18,7 @@ namespace {
 
 constexpr size_t kMaxStopStrings = 4;  // as OpenAI
 constexpr int64_t kMaxTokensLimit = int64_t{1} << 24;
+constexpr int64_t kMaxCompletionLogprobs = 5;  // as OpenAI's /v1/completions
 
 bool fail(ApiError& error, std::string param, std::string message) {
   error.status = 400;
@@ -169,15 +170,36 @@ bool parse_generation_request(Endpoint endpoint, std::string_view text, const Ap
   if (const ordered_json* model = field(body, "model")) {
     if (!model->is_string())
       return fail(error, "model", str_cat("'model' must be a string, got ", type_name(*model)));
+    if (model->get<std::string>() != context.model_name) {
+      fail(error, "model",
+           str_cat("the model '", model->get<std::string>(),
+                   "' does not exist: this server serves '", context.model_name, "'"));
+      error.status = 404;
+      error.code = "model_not_found";
+      return false;
+    }
+  }
+
+  // Log-probabilities: chat takes logprobs (bool) + top_logprobs, completions logprobs (int).
+  if (endpoint == Endpoint::kChat) {
+    if (!read_bool(body, "logprobs", out.params.logprobs, error)) return false;
+    std::optional<int64_t> top;
+    if (!read_integer(body, "top_logprobs", 0, runtime::kMaxTopLogprobs, top, error)) return false;
+    if (top && !out.params.logprobs)
+      return fail(error, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    out.params.top_logprobs = top.value_or(0);
+  } else {
+    std::optional<int64_t> top;
+    if (!read_integer(body, "logprobs", 0, kMaxCompletionLogprobs, top, error)) return false;
+    if (field(body, "top_logprobs") != nullptr)
+      return fail(error, "top_logprobs",
+                  str_cat("'top_logprobs' is a chat field: /v1/completions takes 'logprobs': 0..",
+                          kMaxCompletionLogprobs));
+    out.params.logprobs = top.has_value();
+    out.params.top_logprobs = top.value_or(0);
   }
 
   // Not supported yet: say so rather than ignore them.
-  if (const ordered_json* v = field(body, "logprobs")) {
-    if (!(v->is_boolean() && !v->get<bool>()))
-      return fail(error, "logprobs", "'logprobs' is not supported yet");
-  }
-  if (field(body, "top_logprobs") != nullptr)
-    return fail(error, "top_logprobs", "'top_logprobs' is not supported yet");
   std::optional<int64_t> n;
   if (!read_integer(body, "n", 1, 128, n, error)) return false;
   if (n && *n != 1) return fail(error, "n", "'n' other than 1 is not supported yet");
@@ -342,15 +364,104 @@ nlohmann::json finish_json(const std::string& finish_reason) {
 
 }  // namespace
 
+// ---- log-probabilities ----
+
+namespace {
+
+bool is_continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+/// JSON has no infinity: -inf (no probability at all) is written as OpenAI does.
+double json_logprob(double logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
+nlohmann::json byte_list(std::string_view bytes) {
+  nlohmann::json out = nlohmann::json::array();
+  for (char c : bytes) out.push_back(int(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
+
+void LogprobTracker::push(TokenLogprobEntry entry, std::string_view decoded, bool holding) {
+  const int64_t start = decoded_;
+  decoded_ += int64_t(decoded.size());
+  pending_.push_back({std::move(entry), start, -1});
+  if (holding) return;
+  for (auto it = pending_.rbegin(); it != pending_.rend() && it->end < 0; ++it) it->end = decoded_;
+}
+
+void LogprobTracker::flush(std::string_view decoded) {
+  decoded_ += int64_t(decoded.size());
+  for (auto it = pending_.rbegin(); it != pending_.rend() && it->end < 0; ++it) it->end = decoded_;
+}
+
+std::vector<TokenLogprobEntry> LogprobTracker::take(std::string_view text, bool cut) {
+  delivered_ += text;
+  const int64_t delivered = int64_t(delivered_.size());
+  std::vector<TokenLogprobEntry> out;
+  while (!pending_.empty()) {
+    Pending& p = pending_.front();
+    const bool whole = p.end >= 0 && p.end <= delivered;
+    if (!whole && !(cut && p.start < delivered)) break;
+    for (; int64_t(cursor_) < p.start && cursor_ < delivered_.size(); ++cursor_)
+      if (!is_continuation_byte(delivered_[cursor_])) ++cursor_points_;
+    p.entry.text_offset = cursor_points_;
+    out.push_back(std::move(p.entry));
+    pending_.pop_front();
+  }
+  if (cut) pending_.clear();  // nothing after the cut is shown
+  return out;
+}
+
+nlohmann::json logprobs_json(const GenerationRequest& request, const Tokenizer& tokenizer,
+                             std::span<const TokenLogprobEntry> entries) {
+  if (!request.params.logprobs) return nullptr;
+  auto token_text = [&](int32_t id) { return sanitize_utf8(tokenizer.token_bytes(id)); };
+  if (request.endpoint == Endpoint::kChat) {
+    nlohmann::json content = nlohmann::json::array();
+    for (const TokenLogprobEntry& e : entries) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const runtime::TokenLogprob& t : e.top)
+        top.push_back({{"token", token_text(t.token)},
+                       {"logprob", json_logprob(t.logprob)},
+                       {"bytes", byte_list(tokenizer.token_bytes(t.token))}});
+      content.push_back({{"token", token_text(e.token)},
+                         {"logprob", json_logprob(e.logprob)},
+                         {"bytes", byte_list(tokenizer.token_bytes(e.token))},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  // Completions: top_logprobs maps token text -> logprob; it holds the chosen token too (so up to
+  // logprobs + 1 entries, as OpenAI's). Two tokens of the same text (U+FFFD) share one key.
+  nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array(),
+                 top_logprobs = nlohmann::json::array(), text_offset = nlohmann::json::array();
+  for (const TokenLogprobEntry& e : entries) {
+    tokens.push_back(token_text(e.token));
+    token_logprobs.push_back(json_logprob(e.logprob));
+    nlohmann::json top = nlohmann::json::object();
+    for (const runtime::TokenLogprob& t : e.top) top[token_text(t.token)] = json_logprob(t.logprob);
+    top[token_text(e.token)] = json_logprob(e.logprob);
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(e.text_offset);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+// ---- responses ----
+
 std::string completion_body(const GenerationRequest& request, const std::string& id,
                             int64_t created, const std::string& text,
-                            const std::string& finish_reason, int64_t completion_tokens) {
+                            const std::string& finish_reason, int64_t completion_tokens,
+                            const nlohmann::json& logprobs) {
   nlohmann::json choice = {{"index", 0}};
   if (request.endpoint == Endpoint::kChat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_json(finish_reason);
   const bool chat = request.endpoint == Endpoint::kChat;
   return dump_json({{"id", id},
@@ -363,7 +474,7 @@ std::string completion_body(const GenerationRequest& request, const std::string&
 
 nlohmann::json stream_chunk(const GenerationRequest& request, const std::string& id,
                             int64_t created, const std::string& text, bool first,
-                            const std::string& finish_reason) {
+                            const std::string& finish_reason, const nlohmann::json& logprobs) {
   const bool chat = request.endpoint == Endpoint::kChat;
   nlohmann::json choice = {{"index", 0}};
   if (chat) {
@@ -374,7 +485,7 @@ nlohmann::json stream_chunk(const GenerationRequest& request, const std::string&
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_json(finish_reason);
   nlohmann::json chunk = {{"id", id},
                           {"object", chat ? "chat.completion.chunk" : "text_completion"},

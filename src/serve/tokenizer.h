@@ -61,6 +61,8 @@ class StreamingDecoder {
   std::string push(int32_t id);
   /// Flushes what is held back (an unfinished sequence becomes U+FFFD) and resets.
   std::string finish();
+  /// Whether the last push held back the start of a character (its text is not out yet).
+  bool holding() const { return !pending_.empty(); }
 
  private:
   const Tokenizer* tokenizer_;

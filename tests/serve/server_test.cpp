@@ -49,12 +49,12 @@ struct HttpResult {
 };
 
 HttpResult send(uint16_t port, http::verb method, const std::string& target,
-                const std::string& body = "") {
+                const std::string& body = "", const std::string& address = "127.0.0.1") {
   HttpResult result;
   net::io_context ioc;
   tcp::socket socket(ioc);
   beast::error_code ec;
-  socket.connect({net::ip::make_address("127.0.0.1"), port}, ec);
+  socket.connect({net::ip::make_address(address), port}, ec);
   if (ec) {
     result.error = ec.message();
     return result;
@@ -181,8 +181,18 @@ runtime::EngineOptions engine_options(int64_t max_running = 64) {
   return options;
 }
 
+/// The tests' server options: an ephemeral port on 127.0.0.1, the model named "hyla-demo".
+ServerOptions test_options() {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.model_name = "hyla-demo";
+  options.max_context = 4096;
+  return options;
+}
+
 std::unique_ptr<TestServer> start_server(int64_t max_waiting = 256, int64_t max_running = 64,
-                                         ServerOptions server_options = {}) {
+                                         ServerOptions server_options = test_options()) {
   Shared* shared = shared_model();
   auto t = std::make_unique<TestServer>();
   Result<std::unique_ptr<runtime::Engine>> engine =
@@ -198,10 +208,6 @@ std::unique_ptr<TestServer> start_server(int64_t max_waiting = 256, int64_t max_
   model.chat = &*shared->chat;
   model.stop_token_ids = {int32_t(kDemoEos)};
   model.vocab_size = shared->model->config().vocab_size;
-  server_options.host = "127.0.0.1";
-  server_options.port = 0;
-  server_options.model_name = "hyla-demo";
-  server_options.max_context = 4096;
   Result<std::unique_ptr<HttpServer>> server = HttpServer::start(model, server_options);
   EXPECT_TRUE(server.ok()) << server.status().message();
   if (!server.ok()) return nullptr;
@@ -413,7 +419,11 @@ TEST_F(ServerTest, MalformedRequestsAnswer400NamingTheField) {
       {c.c_str(), R"({"prompt": "x", "stream": true, "stream_options": 1})", "stream_options"},
       {c.c_str(), R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
        "stream_options.include_usage"},
-      {c.c_str(), R"({"prompt": "x", "logprobs": 2})", "logprobs"},
+      {c.c_str(), R"({"prompt": "x", "logprobs": 6})", "logprobs"},
+      {c.c_str(), R"({"prompt": "x", "logprobs": -1})", "logprobs"},
+      {c.c_str(), R"({"prompt": "x", "logprobs": true})", "logprobs"},
+      {c.c_str(), R"({"prompt": "x", "logprobs": "x"})", "logprobs"},
+      {c.c_str(), R"({"prompt": "x", "logprobs": 2, "top_logprobs": 2})", "top_logprobs"},
       {c.c_str(), R"({"prompt": "x", "n": 2})", "n"},
       {c.c_str(), R"({"prompt": "x", "echo": true})", "echo"},
       {c.c_str(), R"({"prompt": "x", "model": 7})", "model"},
@@ -425,9 +435,24 @@ TEST_F(ServerTest, MalformedRequestsAnswer400NamingTheField) {
       {chat.c_str(), R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
       {chat.c_str(), R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
        "messages[0].content[0]"},
-      {chat.c_str(), R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true})",
+      {chat.c_str(), R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": 1})",
        "logprobs"},
       {chat.c_str(), R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})",
+       "top_logprobs"},
+      {chat.c_str(),
+       R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": false, "top_logprobs": 2})",
+       "top_logprobs"},
+      {chat.c_str(),
+       R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21})",
+       "top_logprobs"},
+      {chat.c_str(),
+       R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": -1})",
+       "top_logprobs"},
+      {chat.c_str(),
+       R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": "x"})",
+       "top_logprobs"},
+      {chat.c_str(),
+       R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 2.5})",
        "top_logprobs"},
       {chat.c_str(),
        R"({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": -3})",
@@ -653,7 +678,7 @@ TEST_F(ServerTest, ManyConcurrentStreamsAllComplete) {
 }
 
 TEST_F(ServerTest, ASlowClientIsDroppedAndOthersAreServed) {
-  ServerOptions options;
+  ServerOptions options = test_options();
   options.read_timeout = std::chrono::milliseconds(500);
   auto t = start_server(256, 64, options);
   ASSERT_NE(t, nullptr);
@@ -670,6 +695,332 @@ TEST_F(ServerTest, ASlowClientIsDroppedAndOthersAreServed) {
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(waited, 5.0);
+}
+
+// ---- log-probabilities ----
+
+/// The engine run directly (greedy) with logprobs: its events for the tokens it shows (the stop
+/// token, which the server never shows, left out).
+std::vector<runtime::TokenEvent> reference_logprobs(const std::vector<int32_t>& prompt,
+                                                    int64_t max_tokens, int64_t top) {
+  Shared* shared = shared_model();
+  Result<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::create(*shared->model, engine_options());
+  EXPECT_TRUE(engine.ok()) << engine.status().message();
+  if (!engine.ok()) return {};
+  runtime::SamplingParams params;
+  params.temperature = 0;
+  params.max_new_tokens = max_tokens;
+  params.stop_token_ids = {int32_t(kDemoEos)};
+  params.logprobs = true;
+  params.top_logprobs = top;
+  Result<runtime::RequestId> id = engine.value()->add_request(prompt, params);
+  EXPECT_TRUE(id.ok()) << id.status().message();
+  if (!id.ok()) return {};
+  std::vector<runtime::TokenEvent> out;
+  for (bool done = false; !done;) {
+    for (runtime::TokenEvent& e : engine.value()->step()) {
+      EXPECT_NE(e.reason, runtime::FinishReason::kError) << e.error;
+      if (e.token >= 0 && e.reason != runtime::FinishReason::kStopToken) out.push_back(e);
+      done = done || e.finished;
+    }
+  }
+  return out;
+}
+
+std::string bytes_of(const json& list) {
+  std::string out;
+  for (const json& b : list) out += char(b.get<int>());
+  return out;
+}
+
+/// The chat entries of every chunk of a stream, in order.
+json streamed_chat_logprobs(const std::string& body) {
+  json entries = json::array();
+  std::vector<std::string> payloads = sse_payloads(body);
+  for (size_t i = 0; i + 1 < payloads.size(); ++i) {
+    const json chunk = json::parse(payloads[i]);
+    if (chunk["choices"].empty()) continue;
+    const json& logprobs = chunk["choices"][0]["logprobs"];
+    if (logprobs.is_null()) continue;
+    EXPECT_TRUE(logprobs["refusal"].is_null());
+    for (const json& e : logprobs["content"]) entries.push_back(e);
+  }
+  return entries;
+}
+
+TEST_F(ServerTest, ChatLogprobsAreTheEnginesStreamedAndNot) {
+  auto t = start_server();
+  ASSERT_NE(t, nullptr);
+  const Tokenizer& tokenizer = *shared_model()->tokenizer;
+  const json messages = json::array({{{"role", "user"}, {"content", "Tell me a story."}}});
+  Result<std::string> rendered =
+      render_chat(*shared_model()->chat,
+                  nlohmann::ordered_json{{"messages", messages}, {"add_generation_prompt", true}});
+  ASSERT_TRUE(rendered.ok()) << rendered.status().message();
+  const std::vector<runtime::TokenEvent> want =
+      reference_logprobs(tokenizer.encode(*rendered), 16, 5);
+  ASSERT_FALSE(want.empty());
+
+  const json request = {{"messages", messages},
+                        {"max_completion_tokens", 16},
+                        {"temperature", 0},
+                        {"logprobs", true},
+                        {"top_logprobs", 5}};
+  HttpResult plain = post(t->port, "/v1/chat/completions", request);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json body = json::parse(plain.body);
+  const json& logprobs = body["choices"][0]["logprobs"];
+  ASSERT_TRUE(logprobs.is_object()) << plain.body;
+  EXPECT_TRUE(logprobs["refusal"].is_null());
+  const json& content = logprobs["content"];
+  ASSERT_EQ(content.size(), want.size());
+  std::string joined_bytes, joined_tokens;
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("token " + std::to_string(i));
+    const json& e = content[i];
+    const std::string bytes(tokenizer.token_bytes(want[i].token));
+    EXPECT_EQ(bytes_of(e["bytes"]), bytes);
+    EXPECT_EQ(e["token"], sanitize_utf8(bytes));
+    ASSERT_TRUE(want[i].logprob.has_value());
+    EXPECT_EQ(e["logprob"].get<double>(), *want[i].logprob);  // the same code path: exact
+    // Greedy: the chosen token is the most likely one.
+    ASSERT_EQ(e["top_logprobs"].size(), 5u);
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);
+    EXPECT_EQ(e["top_logprobs"][0]["bytes"], e["bytes"]);
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(e["top_logprobs"][k]["logprob"].get<double>(), want[i].top_logprobs[k].logprob);
+      EXPECT_EQ(bytes_of(e["top_logprobs"][k]["bytes"]),
+                std::string(tokenizer.token_bytes(want[i].top_logprobs[k].token)));
+      if (k > 0) EXPECT_LE(e["top_logprobs"][k]["logprob"], e["top_logprobs"][k - 1]["logprob"]);
+    }
+    joined_bytes += bytes;
+    joined_tokens += e["token"].get<std::string>();
+  }
+  const std::string text = body["choices"][0]["message"]["content"];
+  EXPECT_EQ(joined_bytes, text);
+  if (is_valid_utf8(joined_bytes)) EXPECT_EQ(joined_tokens, text);
+
+  json stream_request = request;
+  stream_request["stream"] = true;
+  HttpResult streamed = post(t->port, "/v1/chat/completions", stream_request);
+  ASSERT_EQ(streamed.status, 200);
+  EXPECT_EQ(read_stream(streamed.body, true).text, text);
+  EXPECT_EQ(streamed_chat_logprobs(streamed.body), content);
+
+  // logprobs without top_logprobs: no alternatives; without logprobs: null.
+  json no_top = request;
+  no_top.erase("top_logprobs");
+  const json bare = json::parse(post(t->port, "/v1/chat/completions", no_top).body);
+  ASSERT_EQ(bare["choices"][0]["logprobs"]["content"].size(), want.size());
+  EXPECT_EQ(bare["choices"][0]["logprobs"]["content"][0]["top_logprobs"], json::array());
+  EXPECT_EQ(bare["choices"][0]["logprobs"]["content"][0]["logprob"], content[0]["logprob"]);
+  json off = request;
+  off.erase("top_logprobs");
+  off["logprobs"] = false;
+  EXPECT_TRUE(json::parse(post(t->port, "/v1/chat/completions", off).body)["choices"][0]["logprobs"]
+                  .is_null());
+}
+
+TEST_F(ServerTest, CompletionLogprobsAreTheEnginesStreamedAndNot) {
+  auto t = start_server();
+  ASSERT_NE(t, nullptr);
+  const Tokenizer& tokenizer = *shared_model()->tokenizer;
+  const std::vector<runtime::TokenEvent> want =
+      reference_logprobs(tokenizer.encode(kPrompt), 24, 3);
+  ASSERT_FALSE(want.empty());
+  const json request = {
+      {"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 3}};
+  HttpResult plain = post(t->port, "/v1/completions", request);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json body = json::parse(plain.body);
+  const std::string text = body["choices"][0]["text"];
+  const json& logprobs = body["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), want.size()) << plain.body;
+  ASSERT_EQ(logprobs["token_logprobs"].size(), want.size());
+  ASSERT_EQ(logprobs["top_logprobs"].size(), want.size());
+  ASSERT_EQ(logprobs["text_offset"].size(), want.size());
+  std::string joined;
+  int64_t offset = 0;  // code points
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("token " + std::to_string(i));
+    const std::string token = sanitize_utf8(tokenizer.token_bytes(want[i].token));
+    EXPECT_EQ(logprobs["tokens"][i], token);
+    EXPECT_EQ(logprobs["token_logprobs"][i].get<double>(), *want[i].logprob);
+    // The 3 best and the chosen one (here the best: greedy), token text -> logprob.
+    const json& top = logprobs["top_logprobs"][i];
+    EXPECT_GE(top.size(), 1u);
+    EXPECT_LE(top.size(), 3u);
+    double best = -1e300;
+    for (const auto& [key, value] : top.items()) best = std::max(best, value.get<double>());
+    EXPECT_EQ(best, logprobs["token_logprobs"][i].get<double>());
+    EXPECT_EQ(top[token], logprobs["token_logprobs"][i]);
+    EXPECT_EQ(logprobs["text_offset"][i], offset);
+    joined += token;
+    for (unsigned char c : token) offset += (c & 0xC0) != 0x80;
+  }
+  if (is_valid_utf8(joined)) EXPECT_EQ(joined, text);
+
+  json stream_request = request;
+  stream_request["stream"] = true;
+  HttpResult streamed = post(t->port, "/v1/completions", stream_request);
+  ASSERT_EQ(streamed.status, 200);
+  json merged = {{"tokens", json::array()},
+                 {"token_logprobs", json::array()},
+                 {"top_logprobs", json::array()},
+                 {"text_offset", json::array()}};
+  std::vector<std::string> payloads = sse_payloads(streamed.body);
+  std::string streamed_text;
+  for (size_t i = 0; i + 1 < payloads.size(); ++i) {
+    const json chunk = json::parse(payloads[i]);
+    streamed_text += chunk["choices"][0]["text"].get<std::string>();
+    const json& l = chunk["choices"][0]["logprobs"];
+    if (l.is_null()) continue;
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const json& v : l[key]) merged[key].push_back(v);
+  }
+  EXPECT_EQ(streamed_text, text);
+  EXPECT_EQ(merged, logprobs);
+}
+
+TEST_F(ServerTest, StopStringLogprobsEndWithTheTokenTheCutPassesThrough) {
+  auto t = start_server();
+  ASSERT_NE(t, nullptr);
+  const std::vector<int32_t> prompt = shared_model()->tokenizer->encode(kPrompt);
+  const std::vector<std::string> pieces = reference_pieces(prompt, 24);
+  // As in StopStringCutsTheTextAlsoAcrossStreamedTokens: the cut is 2 bytes before token k's end.
+  size_t k = 1;
+  while (k + 1 < pieces.size() && (pieces[k].size() < 2 || pieces[k + 1].size() < 2)) ++k;
+  ASSERT_LT(k + 1, pieces.size());
+  const std::string stop = pieces[k].substr(pieces[k].size() - 2) + pieces[k + 1].substr(0, 2);
+  const std::string full = join(pieces);
+  ASSERT_EQ(full.find(stop), join({pieces.begin(), pieces.begin() + k + 1}).size() - 2)
+      << "the stop string occurs earlier";
+  const json request = {
+      {"prompt", kPrompt}, {"max_tokens", 24}, {"temperature", 0}, {"logprobs", 0}, {"stop", stop}};
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "not streamed");
+    json r = request;
+    r["stream"] = stream;
+    HttpResult response = post(t->port, "/v1/completions", r);
+    ASSERT_EQ(response.status, 200);
+    json tokens = json::array();
+    std::string text;
+    if (stream) {
+      std::vector<std::string> payloads = sse_payloads(response.body);
+      for (size_t i = 0; i + 1 < payloads.size(); ++i) {
+        const json chunk = json::parse(payloads[i]);
+        text += chunk["choices"][0]["text"].get<std::string>();
+        if (!chunk["choices"][0]["logprobs"].is_null())
+          for (const json& v : chunk["choices"][0]["logprobs"]["tokens"]) tokens.push_back(v);
+      }
+    } else {
+      const json body = json::parse(response.body);
+      text = body["choices"][0]["text"];
+      tokens = body["choices"][0]["logprobs"]["tokens"];
+    }
+    EXPECT_EQ(text, full.substr(0, full.find(stop)));
+    // Tokens 0..k: token k's text starts before the cut; token k + 1 starts after it.
+    ASSERT_EQ(tokens.size(), k + 1);
+    std::string joined;
+    for (const json& token : tokens) joined += token.get<std::string>();
+    EXPECT_EQ(joined, text + pieces[k].substr(pieces[k].size() - 2));
+  }
+}
+
+// ---- model names and hosts ----
+
+TEST_F(ServerTest, AModelNotServedAnswers404) {
+  ServerOptions options = test_options();
+  options.model_name = "my-model";
+  auto t = start_server(256, 64, options);
+  ASSERT_NE(t, nullptr);
+  const json models = json::parse(send(t->port, http::verb::get, "/v1/models").body);
+  EXPECT_EQ(models["data"][0]["id"], "my-model");
+  for (const char* target : {"/v1/completions", "/v1/chat/completions"}) {
+    SCOPED_TRACE(target);
+    json request = {{"max_tokens", 2}};
+    if (std::string(target) == "/v1/completions")
+      request["prompt"] = kPrompt;
+    else
+      request["messages"] = json::array({{{"role", "user"}, {"content", "Hi"}}});
+    request["model"] = "hyla-demo";
+    HttpResult wrong = post(t->port, target, request);
+    ASSERT_EQ(wrong.status, 404) << wrong.body;
+    const json error = json::parse(wrong.body)["error"];
+    EXPECT_EQ(error["type"], "invalid_request_error");
+    EXPECT_EQ(error["code"], "model_not_found");
+    EXPECT_EQ(error["param"], "model");
+    const std::string message = error["message"];
+    EXPECT_NE(message.find("'hyla-demo'"), std::string::npos) << message;
+    EXPECT_NE(message.find("'my-model'"), std::string::npos) << message;
+
+    request["model"] = "my-model";
+    HttpResult named = post(t->port, target, request);
+    ASSERT_EQ(named.status, 200) << named.body;
+    EXPECT_EQ(json::parse(named.body)["model"], "my-model");
+    request.erase("model");
+    HttpResult absent = post(t->port, target, request);
+    ASSERT_EQ(absent.status, 200) << absent.body;
+    EXPECT_EQ(json::parse(absent.body)["model"], "my-model");
+  }
+}
+
+/// Whether this machine can listen on ::1 at all (containers may run without IPv6).
+bool ipv6_loopback_available() {
+  net::io_context ioc;
+  tcp::acceptor acceptor(ioc);
+  beast::error_code ec;
+  acceptor.open(tcp::v6(), ec);
+  if (!ec) acceptor.bind({net::ip::make_address("::1"), 0}, ec);
+  return !ec;
+}
+
+TEST_F(ServerTest, HostNamesAndIPv6LiteralsAreListenedOn) {
+  ServerOptions options = test_options();
+  options.host = "localhost";
+  auto t = start_server(256, 64, options);
+  ASSERT_NE(t, nullptr);
+  const std::string address = t->server->address();
+  EXPECT_TRUE(address == "127.0.0.1" || address == "::1") << address;
+  EXPECT_EQ(send(t->port, http::verb::get, "/health", "", address).status, 200);
+  t.reset();
+
+  if (ipv6_loopback_available()) {
+    for (const char* host : {"::1", "[::1]"}) {
+      SCOPED_TRACE(host);
+      options.host = host;
+      auto v6 = start_server(256, 64, options);
+      ASSERT_NE(v6, nullptr);
+      EXPECT_EQ(v6->server->address(), "::1");
+      EXPECT_EQ(send(v6->port, http::verb::get, "/health", "", "::1").status, 200);
+    }
+  } else {
+    std::fprintf(stderr, "note: no IPv6 loopback here; ::1 not checked\n");
+  }
+
+  // A name that does not resolve, and an address that is not this machine's: errors naming them.
+  Shared* shared = shared_model();
+  Result<std::unique_ptr<runtime::Engine>> engine =
+      runtime::Engine::create(*shared->model, engine_options());
+  ASSERT_TRUE(engine.ok());
+  EngineLoop loop(*engine.value(), 4);
+  ServerModel model;
+  model.loop = &loop;
+  model.plan = &engine.value()->plan();
+  model.tokenizer = &*shared->tokenizer;
+  model.chat = &*shared->chat;
+  model.vocab_size = shared->model->config().vocab_size;
+  for (const char* host : {"no-such-host.invalid", "192.0.2.1", ""}) {
+    SCOPED_TRACE(host);
+    options.host = host;
+    Result<std::unique_ptr<HttpServer>> server = HttpServer::start(model, options);
+    ASSERT_FALSE(server.ok());
+    EXPECT_NE(server.status().message().find(std::string("'") + host + "'"), std::string::npos)
+        << server.status().message();
+  }
+  loop.stop();
 }
 
 }  // namespace
