@@ -793,14 +793,18 @@ TEST_F(ServerTest, ChatLogprobsAreTheEnginesStreamedAndNot) {
       EXPECT_EQ(e["top_logprobs"][k]["logprob"].get<double>(), want[i].top_logprobs[k].logprob);
       EXPECT_EQ(bytes_of(e["top_logprobs"][k]["bytes"]),
                 std::string(tokenizer.token_bytes(want[i].top_logprobs[k].token)));
-      if (k > 0) EXPECT_LE(e["top_logprobs"][k]["logprob"], e["top_logprobs"][k - 1]["logprob"]);
+      if (k > 0) {
+        EXPECT_LE(e["top_logprobs"][k]["logprob"], e["top_logprobs"][k - 1]["logprob"]);
+      }
     }
     joined_bytes += bytes;
     joined_tokens += e["token"].get<std::string>();
   }
   const std::string text = body["choices"][0]["message"]["content"];
   EXPECT_EQ(joined_bytes, text);
-  if (is_valid_utf8(joined_bytes)) EXPECT_EQ(joined_tokens, text);
+  if (is_valid_utf8(joined_bytes)) {
+    EXPECT_EQ(joined_tokens, text);
+  }
 
   json stream_request = request;
   stream_request["stream"] = true;
@@ -860,7 +864,9 @@ TEST_F(ServerTest, CompletionLogprobsAreTheEnginesStreamedAndNot) {
     joined += token;
     for (unsigned char c : token) offset += (c & 0xC0) != 0x80;
   }
-  if (is_valid_utf8(joined)) EXPECT_EQ(joined, text);
+  if (is_valid_utf8(joined)) {
+    EXPECT_EQ(joined, text);
+  }
 
   json stream_request = request;
   stream_request["stream"] = true;
