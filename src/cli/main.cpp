@@ -104,6 +104,13 @@ int main(int argc, char** argv) {
                   "where the model runs: cpu, cuda, or auto (default: cuda when a CUDA device is "
                   "visible, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  gen->add_option("--prefix-cache", generate.prefix_cache,
+                  "reuse the state and KV of earlier requests' common prefixes: on (default) or "
+                  "off")
+      ->check(CLI::IsMember({"on", "off"}));
+  gen->add_flag("--sequential", generate.sequential,
+                "start each prompt after the previous one has finished (later ones can reuse "
+                "earlier ones through the prefix cache)");
   int threads = 0;
   gen->add_option("--threads", threads,
                   "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
