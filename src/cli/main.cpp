@@ -149,6 +149,10 @@ int main(int argc, char** argv) {
                  "prompt tokens per step of the prefill cases (default 2048)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   bn->add_option("--json", bench.json_path, "also write the results to this JSON file");
+  bn->add_option("--workload", bench.workload,
+                 "standard (the cases above) or prefix (the prefix cache's workload: shared system "
+                 "prompt, multi-turn chats, repeated documents; cache off and on)")
+      ->check(CLI::IsMember({"standard", "prefix"}));
   bn->add_flag("--profile", bench.profile,
                "then run each case again with its time split by layer kind (ms per step; each "
                "layer waits for the device)");
