@@ -2,6 +2,9 @@
 // The pipeline and its types:
 //   request (prompt ids + SamplingParams) -> waiting queue (FCFS)
 //     -> admitted: one StatePool slot + KV pages for the prompt; a page more as the sequence grows
+//        (prefix cache on: resumed from the deepest cached snapshot of its tokens, sharing the
+//        KV pages before it; snapshots left at chunk ends, before the last prompt token, at
+//        branch points, while decoding and at the end; see docs/architecture.md)
 //        (when the pool runs dry, the most recently admitted request is preempted: slot and
 //        pages freed, back to waiting, later recomputed from prompt + its tokens so far)
 //     -> each step: one model::Batch (decode tokens + C-aligned prefill chunks) over BatchMemory
