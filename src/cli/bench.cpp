@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 
+#include "cli/bench_prefix.h"
 #include "cli/device.h"
 #include "cli/generate.h"
 #include "core/op_times.h"
@@ -254,6 +255,19 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
       {"warm_up", {std::min<int64_t>(64, options.prompt.front())}, 2, options.step_tokens, false});
   if (!warm.ok()) return fail(err, str_cat("warm-up: ", warm.status().message()));
 
+  if (options.workload == "prefix") {
+    nlohmann::json rows = nlohmann::json::array();
+    const Status ran =
+        run_prefix_workload(*model.value(), device.value(), options, commit, out, rows);
+    if (!ran.ok()) return fail(err, str_cat("prefix workload: ", ran.message()));
+    if (!options.json_path.empty()) {
+      std::ofstream file(options.json_path);
+      file << rows.dump(2) << "\n";
+      if (!file.good()) return fail(err, str_cat("cannot write ", options.json_path));
+    }
+    return 0;
+  }
+
   std::fprintf(out, "| case | device | tokens | seconds | tokens/s |\n");
   std::fprintf(out, "|---|---|---:|---:|---:|\n");
   std::fflush(out);
@@ -357,6 +371,8 @@ Status validate(const BenchOptions& o) {
   if (o.step_tokens < runtime::kPrefillAlign || o.step_tokens > kMaxTokens)
     return invalid_argument("--step-tokens is ", o.step_tokens, ", expected an integer in [",
                             runtime::kPrefillAlign, ", ", kMaxTokens, "]");
+  if (o.workload != "standard" && o.workload != "prefix")
+    return invalid_argument("--workload is '", o.workload, "', expected standard or prefix");
   if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
       std::end(kDeviceNames))
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");

@@ -106,6 +106,7 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   runtime::EngineOptions engine;
   engine.device = device;
   engine.allow_long_context = options.allow_long_context;
+  engine.prefix_cache.enabled = options.prefix_cache == "on";
   if (options.budget_mib) {
     engine.memory_budget_bytes = *options.budget_mib << 20;
     return engine;
@@ -127,6 +128,28 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
                  runtime::format_bytes(engine.memory_budget_bytes).c_str());
   }
   return engine;
+}
+
+/// The prefix cache's figures for --json (all zero when it is off).
+nlohmann::json cache_json(const runtime::Engine& engine) {
+  const runtime::EngineStats s = engine.stats();
+  return {{"enabled", engine.options().prefix_cache.enabled},
+          {"lookups", s.cache_lookups},
+          {"hits", s.cache_hits},
+          {"cached_tokens", s.cached_tokens},
+          {"prompt_tokens_computed", s.prompt_tokens},
+          {"snapshots_taken", s.snapshots_taken},
+          {"evictions", s.cache_evictions},
+          {"snapshots", s.cache_snapshots},
+          {"snapshot_bytes", s.cache_snapshot_bytes}};
+}
+
+/// "; prefix cache: 3 hits of 4 lookups, 420 tokens reused" (empty when it is off or unused).
+std::string cache_line(const runtime::Engine& engine) {
+  const runtime::EngineStats s = engine.stats();
+  if (!engine.options().prefix_cache.enabled || s.cache_lookups == 0) return {};
+  return str_cat("; prefix cache: ", s.cache_hits, " hits of ", s.cache_lookups, " lookups, ",
+                 s.cached_tokens, " tokens reused");
 }
 
 /// Times a run step by step: a step that ran prompt tokens is prefill time, one that ran only
@@ -231,24 +254,33 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
   // A refused or failed request is reported and the others go on.
   std::vector<std::string> errors(prompts.size());
   std::vector<runtime::FinishReason> finish(prompts.size(), runtime::FinishReason::kNone);
+  std::vector<int64_t> cached(prompts.size(), 0);
   std::map<runtime::RequestId, size_t> index;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Result<runtime::RequestId> id = engine.value()->add_request(prompts[i], params);
-    if (!id.ok()) {
-      errors[i] = id.status().message();
-      finish[i] = runtime::FinishReason::kError;
-      std::fprintf(err, "hyla generate: prompt %zu refused: %s\n", i + 1, errors[i].c_str());
-      continue;
+  size_t next = 0;  // the next prompt to add
+  // Adds the prompts (with --sequential the next one only, once the engine is idle).
+  const auto add_prompts = [&] {
+    while (next < prompts.size() && (!options.sequential || engine.value()->idle())) {
+      const size_t i = next++;
+      Result<runtime::RequestId> id = engine.value()->add_request(prompts[i], params);
+      if (!id.ok()) {
+        errors[i] = id.status().message();
+        finish[i] = runtime::FinishReason::kError;
+        std::fprintf(err, "hyla generate: prompt %zu refused: %s\n", i + 1, errors[i].c_str());
+        continue;
+      }
+      index[id.value()] = i;
     }
-    index[id.value()] = i;
-  }
+  };
+  add_prompts();
 
   std::vector<std::vector<int32_t>> tokens(prompts.size());
   RunTimer timer(*engine.value());
-  while (!engine.value()->idle()) {
+  while (!engine.value()->idle() || next < prompts.size()) {
+    add_prompts();
     for (const runtime::TokenEvent& e : timer.step(*engine.value())) {
       const size_t i = index.at(e.request);
       if (e.token >= 0) tokens[i].push_back(e.token);
+      cached[i] = e.cached_tokens;
       if (e.finished) finish[i] = e.reason;
       if (e.reason == runtime::FinishReason::kError) {
         errors[i] = e.error;
@@ -262,12 +294,14 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
     for (size_t i = 0; i < prompts.size(); ++i) {
       nlohmann::json r = {{"prompt", prompts[i]},
                           {"tokens", tokens[i]},
-                          {"finish", runtime::finish_reason_name(finish[i])}};
+                          {"finish", runtime::finish_reason_name(finish[i])},
+                          {"cached_tokens", cached[i]}};
       if (!errors[i].empty()) r["error"] = errors[i];
       requests.push_back(r);
     }
     nlohmann::json doc = timer.json();
     doc["requests"] = requests;
+    doc["prefix_cache"] = cache_json(*engine.value());
     std::fprintf(out, "%s\n", doc.dump().c_str());
   } else {
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -282,8 +316,9 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
   std::string stopped;
   for (const auto& [name, count] : finishes)
     stopped += str_cat(stopped.empty() ? "" : ", ", name, " x", count);
-  std::fprintf(err, "%s; %lld steps; stopped by %s\n", timer.line().c_str(),
-               static_cast<long long>(engine.value()->stats().steps), stopped.c_str());
+  std::fprintf(err, "%s; %lld steps; stopped by %s%s\n", timer.line().c_str(),
+               static_cast<long long>(engine.value()->stats().steps), stopped.c_str(),
+               cache_line(*engine.value()).c_str());
   const size_t failed = size_t(
       std::count_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); }));
   if (failed > 0) {
@@ -467,6 +502,8 @@ Status validate(const GenerateOptions& o) {
   if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
       std::end(kDeviceNames))
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");
+  if (o.prefix_cache != "on" && o.prefix_cache != "off")
+    return invalid_argument("--prefix-cache is '", o.prefix_cache, "', expected on or off");
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
     return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
   return model::parse_linear_attn_backends(o.linear_attn).status();

@@ -44,6 +44,9 @@ struct GenerateOptions {
   bool ignore_eos = false;          ///< text mode: keep going past the end-of-text token
   bool allow_long_context = false;  ///< run prompts longer than max_position_embeddings
   std::string device = "auto";      ///< cpu | cuda | auto (CUDA when a device is visible)
+  std::string prefix_cache = "on";  ///< on | off: the engine's prefix cache
+  /// ids mode: each prompt starts once the previous one has finished (so it can reuse them).
+  bool sequential = false;
   /// --linear-attn-*-backend: which implementation runs each linear-attention phase
   /// (model/linear_backends.h); all unset: auto.
   model::LinearAttnBackendFlags linear_attn;

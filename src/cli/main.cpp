@@ -106,6 +106,13 @@ int main(int argc, char** argv) {
                   "where the model runs: cpu, cuda, or auto (default: cuda when a CUDA device is "
                   "visible, else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  gen->add_option("--prefix-cache", generate.prefix_cache,
+                  "reuse the state and KV of earlier requests' common prefixes: on (default) or "
+                  "off")
+      ->check(CLI::IsMember({"on", "off"}));
+  gen->add_flag("--sequential", generate.sequential,
+                "start each prompt after the previous one has finished (later ones can reuse "
+                "earlier ones through the prefix cache)");
   int threads = 0;
   gen->add_option("--threads", threads,
                   "CPU threads (default: $HYLA_NUM_THREADS, else the cores this process may use)")
@@ -144,6 +151,10 @@ int main(int argc, char** argv) {
                  "prompt tokens per step of the prefill cases (default 2048)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   bn->add_option("--json", bench.json_path, "also write the results to this JSON file");
+  bn->add_option("--workload", bench.workload,
+                 "standard (the cases above) or prefix (the prefix cache's workload: shared system "
+                 "prompt, multi-turn chats, repeated documents; cache off and on)")
+      ->check(CLI::IsMember({"standard", "prefix"}));
   bn->add_flag("--profile", bench.profile,
                "then run each case again with its time split by layer kind (ms per step; each "
                "layer waits for the device)");

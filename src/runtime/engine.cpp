@@ -37,6 +37,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
                             " (prefill chunks end on multiples of ", kPrefillAlign, " tokens)");
   if (options.max_running < 1)
     return invalid_argument("Engine: max_running is ", options.max_running, ", expected >= 1");
+  const PrefixCacheOptions& cache = options.prefix_cache;
+  if (cache.snapshot_interval < kPrefillAlign || cache.snapshot_interval % kPrefillAlign != 0)
+    return invalid_argument("Engine: prefix_cache.snapshot_interval is ", cache.snapshot_interval,
+                            ", expected a positive multiple of ", kPrefillAlign);
+  if (cache.decode_interval < 0 || cache.max_path_snapshots < 0)
+    return invalid_argument("Engine: prefix_cache.decode_interval (", cache.decode_interval,
+                            ") and max_path_snapshots (", cache.max_path_snapshots,
+                            ") must be >= 0");
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_device());
@@ -177,6 +185,10 @@ Status Engine::init_kv_pool() {
   HYLA_ASSIGN_OR_RETURN(KvPagePool pool, KvPagePool::create(model_.config(), plan_.kv_pages,
                                                             memory_plan_options(options_).kv));
   pages_.emplace(std::move(pool));
+  page_refs_.assign(size_t(plan_.kv_pages), 0);
+  // The cache resumes from a state snapshot and the KV of the tokens before it: both kinds of
+  // layer must be there (a model with only one kind is not a hybrid).
+  if (options_.prefix_cache.enabled && states_) cache_.emplace(options_.page_size);
   return ok_status();
 }
 
@@ -249,33 +261,152 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParam
   return id;
 }
 
-bool Engine::can_admit(const Request& r) const {
-  if (states_ && states_->free_slots() < 1) return false;
-  return !pages_ || pages_->free_pages() >= pages_for(r.prefill_len);
+std::vector<int32_t> Engine::sequence(const Request& r) const {
+  std::vector<int32_t> tokens = r.prompt;
+  tokens.insert(tokens.end(), r.generated.begin(), r.generated.end());
+  return tokens;
 }
 
-Status Engine::admit(Request& r) {
+void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_t>& pages) {
+  for (const int32_t slot : slots) {
+    const Status freed = states_->free(slot);
+    HYLA_CHECK(freed.ok(), "Engine: a cached snapshot's slot: ", freed.message());
+  }
+  drop_pages(pages);
+  totals_.cache_evictions += int64_t(slots.size());
+}
+
+int32_t Engine::take_slot() {
+  if (states_->free_slots() == 0 && cache_) {
+    std::vector<int32_t> slots, pages;
+    if (cache_->evict(false, slots, pages)) reclaim(slots, pages);
+  }
+  Result<int32_t> slot = states_->allocate();
+  return slot.ok() ? slot.value() : -1;
+}
+
+void Engine::make_room(int64_t pages) {
+  while (cache_ && pages_->free_pages() < pages) {
+    std::vector<int32_t> slots, released;
+    if (!cache_->evict(true, slots, released)) return;
+    reclaim(slots, released);
+  }
+}
+
+std::optional<std::vector<int32_t>> Engine::take_pages(int64_t n) {
+  if (n == 0) return std::vector<int32_t>{};
+  make_room(n);
+  Result<std::vector<int32_t>> pages = pages_->allocate(n);
+  if (!pages.ok()) return std::nullopt;
+  for (const int32_t page : *pages) page_refs_[size_t(page)] = 1;
+  return std::move(pages).value();
+}
+
+void Engine::drop_pages(std::span<const int32_t> pages) {
+  std::vector<int32_t> unused;
+  for (const int32_t page : pages) {
+    int32_t& refs = page_refs_[size_t(page)];
+    HYLA_CHECK(refs > 0, "Engine: page ", page, " dropped more often than it was taken");
+    if (--refs == 0) unused.push_back(page);
+  }
+  if (unused.empty()) return;
+  // Freeing what this engine allocated cannot fail; a failure is an engine bug.
+  const Status freed = pages_->free(unused);
+  HYLA_CHECK(freed.ok(), freed.message());
+}
+
+bool Engine::try_admit(Request& r) {
+  // The longest cached prefix with a snapshot, leaving at least the last token to compute (its
+  // logits give the next token).
+  PrefixMatch hit;
+  std::vector<int32_t> tokens;
+  if (cache_) {
+    tokens = sequence(r);
+    hit = cache_->match(tokens, r.prefill_len - 1);
+    ++totals_.cache_lookups;
+    if (hit.node >= 0) cache_->lock(hit.node);
+  }
+  const int64_t shared = hit.tokens / options_.page_size;  // whole pages taken as they are
+  const auto unlock = [&] {
+    if (hit.node >= 0) cache_->unlock(hit.node);
+  };
   if (states_) {
-    HYLA_ASSIGN_OR_RETURN(r.slot, states_->allocate());
-    const Status zeroed = states_->zero(r.slot);
-    if (!zeroed.ok()) {
-      (void)states_->free(r.slot);
-      r.slot = -1;
-      return zeroed;
+    r.slot = take_slot();
+    if (r.slot < 0) {
+      unlock();
+      return false;
     }
   }
   if (pages_) {
-    Result<std::vector<int32_t>> pages = pages_->allocate(pages_for(r.prefill_len));
-    if (!pages.ok()) {
+    std::optional<std::vector<int32_t>> fresh = take_pages(pages_for(r.prefill_len) - shared);
+    if (!fresh) {
       if (states_) (void)states_->free(r.slot);
       r.slot = -1;
-      return pages.status();
+      unlock();
+      return false;
     }
-    r.pages = std::move(pages).value();
+    r.pages.assign(hit.pages.begin(), hit.pages.begin() + shared);
+    for (const int32_t page : r.pages) ++page_refs_[size_t(page)];
+    r.pages.insert(r.pages.end(), fresh->begin(), fresh->end());
+    // Resuming inside a page: the request writes the rest of it, so it takes a copy.
+    if (hit.tokens % options_.page_size != 0) {
+      const Status copied = pages_->copy_page(hit.pages[size_t(shared)], r.pages[size_t(shared)]);
+      HYLA_CHECK(copied.ok(), copied.message());
+    }
   }
+  if (states_) {
+    const Status state =
+        hit.snapshot >= 0 ? states_->copy(hit.snapshot, r.slot) : states_->zero(r.slot);
+    HYLA_CHECK(state.ok(), state.message());
+  }
+  unlock();
+  r.processed = hit.tokens;
+  if (hit.tokens > 0) {
+    ++totals_.cache_hits;
+    totals_.cached_tokens += hit.tokens;
+  }
+  if (r.cached < 0) r.cached = hit.tokens;
+  // Where this prefill leaves the tree (it matched further than the snapshot): a snapshot there
+  // lets the next request down this branch resume at the branch point.
+  r.branch = cache_ && hit.common > hit.tokens && hit.common < r.prefill_len - 1 ? hit.common : 0;
   r.admitted = true;
   r.admission = admissions_++;
-  return ok_status();
+  return true;
+}
+
+bool Engine::wants_snapshot(const Request& r) const {
+  const PrefixCacheOptions& c = options_.prefix_cache;
+  const int64_t p = r.processed;
+  if (p <= 0) return false;
+  if (!r.prefill_done())
+    return p == r.prefill_len - 1 || p == r.branch || p % c.snapshot_interval == 0;
+  return c.decode_interval > 0 && p % c.decode_interval == 0;
+}
+
+void Engine::snapshot(Request& r, bool adopt) {
+  const std::vector<int32_t> all = sequence(r);
+  const std::span<const int32_t> tokens(all.data(), size_t(r.processed));
+  // Already cached (a hit resumed right here, or an identical request came first): keep that one.
+  if (const CacheNode node = cache_->find(tokens); node >= 0 && cache_->snapshot(node) >= 0) return;
+  const int32_t slot = adopt ? r.slot : take_slot();
+  if (slot < 0) return;
+  if (!adopt) {
+    const Status copied = states_->copy(r.slot, slot);
+    HYLA_CHECK(copied.ok(), copied.message());
+  }
+  std::vector<int32_t> referenced;
+  Result<bool> inserted = cache_->insert(tokens, r.pages, slot, referenced);
+  HYLA_CHECK(inserted.ok(), inserted.status().message());
+  if (!inserted.value()) {
+    if (!adopt) (void)states_->free(slot);
+    return;
+  }
+  if (adopt) r.slot = -1;  // the cache's now
+  for (const int32_t page : referenced) ++page_refs_[size_t(page)];
+  ++totals_.snapshots_taken;
+  std::vector<int32_t> slots, released;
+  cache_->cap_path(cache_->find(tokens), options_.prefix_cache.max_path_snapshots, slots, released);
+  reclaim(slots, released);
 }
 
 void Engine::preempt(Request& r) {
@@ -285,10 +416,7 @@ void Engine::preempt(Request& r) {
     const Status freed = states_->free(r.slot);
     HYLA_CHECK(freed.ok(), freed.message());
   }
-  if (pages_) {
-    const Status freed = pages_->free(r.pages);
-    HYLA_CHECK(freed.ok(), freed.message());
-  }
+  if (pages_) drop_pages(r.pages);
   r.slot = -1;
   r.pages.clear();
   r.admitted = false;
@@ -323,6 +451,7 @@ void Engine::grow_decodes(std::vector<TokenEvent>& events) {
       if (r.prefill_done())
         missing += std::max<int64_t>(0, pages_for(r.processed + 1) - int64_t(r.pages.size()));
     }
+    make_room(missing);  // the prefix cache's least recently used entries go first
     if (missing <= pages_->free_pages()) break;
     preempt(*newest);
   }
@@ -330,8 +459,8 @@ void Engine::grow_decodes(std::vector<TokenEvent>& events) {
     if (!r.admitted || !r.prefill_done()) continue;
     const int64_t more = pages_for(r.processed + 1) - int64_t(r.pages.size());
     if (more <= 0) continue;
-    Result<std::vector<int32_t>> pages = pages_->allocate(more);
-    HYLA_CHECK(pages.ok(), "Engine: ", more, " pages counted free but ", pages.status().message());
+    std::optional<std::vector<int32_t>> pages = take_pages(more);
+    HYLA_CHECK(pages.has_value(), "Engine: ", more, " pages counted free but not allocated");
     r.pages.insert(r.pages.end(), pages->begin(), pages->end());
   }
 }
@@ -339,8 +468,9 @@ void Engine::grow_decodes(std::vector<TokenEvent>& events) {
 Status Engine::check_invariants() const {
   const int64_t num_slots = states_ ? states_->capacity() : 0;
   const int64_t num_pages = pages_ ? pages_->capacity() : 0;
-  std::vector<RequestId> slot_owner(size_t(num_slots), -1), page_owner(size_t(num_pages), -1);
-  int64_t owned_slots = 0, owned_pages = 0, running = 0;
+  std::vector<RequestId> slot_owner(size_t(num_slots), -1);
+  std::vector<int32_t> page_refs(size_t(num_pages), 0), request_refs(size_t(num_pages), 0);
+  int64_t owned_slots = 0, running = 0;
   for (const auto& [id, r] : requests_) {
     if (!r.admitted) {
       if (r.slot != -1 || !r.pages.empty() || r.processed != 0)
@@ -366,18 +496,51 @@ Status Engine::check_invariants() const {
       if (page < 0 || page >= num_pages || !pages_->is_allocated(page))
         return internal_error("request ", id, " holds page ", page, ", not an allocated page of ",
                               num_pages);
-      if (page_owner[size_t(page)] >= 0)
-        return internal_error("page ", page, " is held by requests ", page_owner[size_t(page)],
-                              " and ", id);
-      page_owner[size_t(page)] = id;
-      ++owned_pages;
+      ++page_refs[size_t(page)];
+      ++request_refs[size_t(page)];
     }
+  }
+  // A page a request still writes (from its processed position on) is no other request's: others
+  // share only pages wholly before the position they resumed from. (The cache may list it: it
+  // claims only rows before a snapshot, which the writer is past.)
+  for (const auto& [id, r] : requests_)
+    for (size_t j = size_t(r.processed / options_.page_size); j < r.pages.size(); ++j)
+      if (request_refs[size_t(r.pages[j])] != 1)
+        return internal_error("request ", id, " writes page ", r.pages[j], " (its page ", j,
+                              ", from token ", r.processed, ") that other requests hold too");
+  std::vector<int32_t> cache_slots, cache_pages;
+  if (cache_) {
+    HYLA_RETURN_IF_ERROR(cache_->check_invariants(true));
+    cache_->references(cache_slots, cache_pages);
+    for (const int32_t page : cache_pages) {
+      if (page < 0 || page >= num_pages || !pages_->is_allocated(page))
+        return internal_error("the prefix cache lists page ", page, ", not an allocated page of ",
+                              num_pages);
+      ++page_refs[size_t(page)];
+    }
+    for (const int32_t slot : cache_slots) {
+      if (slot < 0 || slot >= num_slots || !states_->is_allocated(slot))
+        return internal_error("the prefix cache holds slot ", slot, ", not an allocated slot of ",
+                              num_slots);
+      if (slot_owner[size_t(slot)] >= 0)
+        return internal_error("slot ", slot, " is a cached snapshot and request ",
+                              slot_owner[size_t(slot)], "'s working slot");
+      slot_owner[size_t(slot)] = -2;
+      ++owned_slots;
+    }
+  }
+  int64_t owned_pages = 0;
+  for (int64_t page = 0; page < num_pages; ++page) {
+    if (page_refs[size_t(page)] != page_refs_[size_t(page)])
+      return internal_error("page ", page, " has ", page_refs[size_t(page)],
+                            " holders but a count of ", page_refs_[size_t(page)]);
+    owned_pages += page_refs[size_t(page)] > 0;
   }
   if (running > options_.max_running)
     return internal_error(running, " requests run, more than max_running ", options_.max_running);
   if (states_ && owned_slots + states_->free_slots() != num_slots)
-    return internal_error(owned_slots, " slots held + ", states_->free_slots(),
-                          " free != ", num_slots);
+    return internal_error(owned_slots, " slots held (", cache_slots.size(), " by the cache) + ",
+                          states_->free_slots(), " free != ", num_slots);
   if (pages_ && owned_pages + pages_->free_pages() != num_pages)
     return internal_error(owned_pages, " pages held + ", pages_->free_pages(),
                           " free != ", num_pages);
@@ -389,18 +552,24 @@ void Engine::release(RequestId id, FinishReason reason, std::vector<TokenEvent>&
   const auto it = requests_.find(id);
   HYLA_CHECK(it != requests_.end(), "Engine::release: unknown request ", id);
   Request& r = it->second;
+  // A request that ran to its end leaves its state there for the next turn of the conversation.
+  // Its working slot becomes the snapshot (no copy, no other slot needed).
+  if (cache_ && r.admitted &&
+      (reason == FinishReason::kStopToken || reason == FinishReason::kMaxTokens))
+    snapshot(r, /*adopt=*/true);
   // Freeing what this engine allocated cannot fail; a failure is an engine bug.
-  if (r.admitted && states_) {
+  if (r.admitted && states_ && r.slot >= 0) {
     const Status freed = states_->free(r.slot);
     HYLA_CHECK(freed.ok(), freed.message());
   }
-  if (r.admitted && pages_) {
-    const Status freed = pages_->free(r.pages);
-    HYLA_CHECK(freed.ok(), freed.message());
-  }
+  if (r.admitted && pages_) drop_pages(r.pages);
   if (reason == FinishReason::kCancelled || reason == FinishReason::kError)
-    events.push_back(TokenEvent{
-        .request = id, .token = -1, .finished = true, .reason = reason, .error = std::move(error)});
+    events.push_back(TokenEvent{.request = id,
+                                .token = -1,
+                                .finished = true,
+                                .reason = reason,
+                                .error = std::move(error),
+                                .cached_tokens = std::max<int64_t>(r.cached, 0)});
   requests_.erase(it);
   ++totals_.finished;
 }
@@ -429,14 +598,29 @@ std::vector<Engine::Scheduled> Engine::schedule(std::vector<TokenEvent>& events)
   }
   // The next chunk of `r`: up to its prefill's end, or the last aligned position within the
   // step's token budget; false when none fits (it and those after it wait).
+  // The prefix cache's stops: the tree's branch point, and the token before the prefill's last
+  // (a repeat of this prompt then recomputes one token).
+  const auto cut = [&](const Request& r, int64_t end) {
+    if (!cache_) return end;
+    for (const int64_t stop : {r.branch, r.prefill_len - 1})
+      if (stop > r.processed && stop < end) end = stop;
+    return end;
+  };
   const auto add_chunk = [&](Request& r, bool admitting) {
-    int64_t end = std::min(r.prefill_len, r.processed + options_.max_batch_tokens - step_tokens);
-    if (end < r.prefill_len) end = end / kPrefillAlign * kPrefillAlign;
-    if (end <= r.processed) return false;
+    const int64_t budget = options_.max_batch_tokens - step_tokens;
     if (admitting) {
-      if (!admit(r).ok()) return false;  // can_admit said yes; treat a refusal as "wait"
+      // Whether even an aligned piece of the prompt fits before taking a slot and pages.
+      if (std::min(r.prefill_len, budget) < std::min<int64_t>(r.prefill_len, kPrefillAlign))
+        return false;
+      if (!try_admit(r)) return false;
       ++running;
     }
+    int64_t end = std::min(r.prefill_len, r.processed + budget);
+    if (end < r.prefill_len) end = end / kPrefillAlign * kPrefillAlign;
+    end = cut(r, end);
+    // Nothing fits this step (one just admitted from the cache resumes mid-page): it and the
+    // requests after it go on next step; an admitted one keeps its slot and pages.
+    if (end <= r.processed) return false;
     scheduled.push_back(Scheduled{&r, r.processed, end - r.processed});
     step_tokens += end - r.processed;
     return true;
@@ -446,7 +630,7 @@ std::vector<Engine::Scheduled> Engine::schedule(std::vector<TokenEvent>& events)
     if (r.admitted && !r.prefill_done() && !add_chunk(r, false)) break;
   for (auto& [id, r] : requests_) {
     if (r.admitted) continue;
-    if (running >= options_.max_running || !can_admit(r) || !add_chunk(r, true)) break;
+    if (running >= options_.max_running || !add_chunk(r, true)) break;
   }
   return scheduled;
 }
@@ -573,6 +757,8 @@ std::vector<TokenEvent> Engine::step() {
     Request& r = *scheduled[size_t(b)].request;
     if (r.processed < r.prefill_len) totals_.prompt_tokens += scheduled[size_t(b)].count;
     r.processed += scheduled[size_t(b)].count;
+    // Only a state whose logits came out finite is worth resuming from.
+    if (cache_ && picks->bad(b) == 0 && wants_snapshot(r)) snapshot(r, /*adopt=*/false);
     if (!r.prefill_done()) continue;  // mid-prefill chunk: nothing to sample
 
     if (const int32_t bad = picks->bad(b); bad > 0) {
@@ -610,7 +796,8 @@ std::vector<TokenEvent> Engine::step() {
                                 .reason = reason,
                                 .error = {},
                                 .logprob = logprob,
-                                .top_logprobs = std::move(top_logprobs)});
+                                .top_logprobs = std::move(top_logprobs),
+                                .cached_tokens = std::max<int64_t>(r.cached, 0)});
     if (reason != FinishReason::kNone) release(r.id, reason, events);
   }
   return events;
@@ -623,6 +810,18 @@ EngineStats Engine::stats() const {
   for (const auto& [id, r] : requests_) ++(r.admitted ? s.running : s.waiting);
   s.free_slots = states_ ? states_->free_slots() : 0;
   s.free_pages = pages_ ? pages_->free_pages() : 0;
+  if (cache_) {
+    const RadixTreeStats tree = cache_->stats();
+    s.cache_snapshots = tree.snapshots;
+    s.cache_snapshot_bytes = tree.snapshots * states_->slot_bytes();
+    s.cache_tokens = tree.tokens;
+    // Pages no request holds: the cache's alone (a request's pages count once each).
+    std::vector<uint8_t> held(page_refs_.size(), 0);
+    for (const auto& [id, r] : requests_)
+      for (const int32_t page : r.pages) held[size_t(page)] = 1;
+    for (size_t page = 0; page < page_refs_.size(); ++page)
+      s.cache_pages += page_refs_[page] > 0 && !held[page];
+  }
   return s;
 }
 

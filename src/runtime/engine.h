@@ -2,6 +2,9 @@
 // The pipeline and its types:
 //   request (prompt ids + SamplingParams) -> waiting queue (FCFS)
 //     -> admitted: one StatePool slot + KV pages for the prompt; a page more as the sequence grows
+//        (prefix cache on: resumed from the deepest cached snapshot of its tokens, sharing the
+//        KV pages before it; snapshots left at chunk ends, before the last prompt token, at
+//        branch points, while decoding and at the end; see docs/architecture.md)
 //        (when the pool runs dry, the most recently admitted request is preempted: slot and
 //        pages freed, back to waiting, later recomputed from prompt + its tokens so far)
 //     -> each step: one model::Batch (decode tokens + C-aligned prefill chunks) over BatchMemory
@@ -13,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +25,7 @@
 #include "core/error.h"
 #include "model/batch.h"
 #include "model/model.h"
+#include "runtime/cache/radix_tree.h"
 #include "runtime/decode_graphs.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/memory/memory_plan.h"
@@ -32,6 +37,20 @@ namespace hyla::runtime {
 /// Prefill chunks end on multiples of this many prompt tokens (the chunk delta rule's C), unless
 /// they end the prompt, so the state carried between chunks is the chunk kernel's boundary state.
 inline constexpr int64_t kPrefillAlign = 64;
+
+/// The prefix cache (runtime/cache/radix_tree.h, DESIGN.md §6): requests resume from the state
+/// snapshot of the longest cached prefix of their tokens and share its KV pages.
+struct PrefixCacheOptions {
+  bool enabled = false;
+  /// Prefill chunks that end on a multiple of this many tokens leave a snapshot (chunks end on
+  /// multiples of kPrefillAlign when the step's token budget cuts them); a multiple of
+  /// kPrefillAlign.
+  int64_t snapshot_interval = 64;
+  /// Decoding leaves a snapshot every this many tokens of the sequence (0: never).
+  int64_t decode_interval = 256;
+  /// At most this many snapshots on one path from the root (0: no cap); older ones on the path go.
+  int64_t max_path_snapshots = 32;
+};
 
 struct EngineOptions {
   int64_t memory_budget_bytes = int64_t{256} << 20;  ///< state slots + KV pages, see plan_memory
@@ -64,6 +83,10 @@ struct EngineOptions {
   /// CUDA: replay greedy decode steps as CUDA graphs (runtime/decode_graphs.h) where the model
   /// allows; false: every step runs its kernels one launch at a time.
   bool cuda_graphs = true;
+  /// Snapshots live in the state pool's slots that no running request holds, and the cached
+  /// prefixes' KV in pages that none holds: both are taken back (least recently used first)
+  /// before a request waits or is preempted. Needs linear and attention layers (else ignored).
+  PrefixCacheOptions prefix_cache{};
 };
 
 /// The MemoryPlanOptions (dtypes, page size, device, scratch) that `options` implies.
@@ -99,6 +122,8 @@ struct TokenEvent {
   std::optional<double> logprob{};
   /// SamplingParams::top_logprobs > 0: that many most likely tokens, best first, ties -> lower id.
   std::vector<TokenLogprob> top_logprobs{};
+  /// Prompt tokens taken from the prefix cache when the request was first admitted (0: none).
+  int64_t cached_tokens = 0;
 };
 
 struct EngineStats {
@@ -112,6 +137,16 @@ struct EngineStats {
   int64_t preemptions = 0;    ///< running requests sent back to waiting to free KV pages
   int64_t steps = 0;          ///< steps that ran a batch
   int64_t last_step_tokens = 0;  ///< new tokens (decodes + prefill chunks) of the last batch
+  // Prefix cache (all zero when it is off):
+  int64_t cache_lookups = 0;         ///< admissions that looked a prefix up
+  int64_t cache_hits = 0;            ///< ... and resumed from a snapshot
+  int64_t cached_tokens = 0;         ///< tokens not recomputed thanks to hits
+  int64_t snapshots_taken = 0;       ///< snapshots written
+  int64_t cache_evictions = 0;       ///< snapshots evicted (with their nodes' KV when leaves)
+  int64_t cache_snapshots = 0;       ///< snapshots held now
+  int64_t cache_snapshot_bytes = 0;  ///< their bytes
+  int64_t cache_tokens = 0;          ///< tokens the tree lists now
+  int64_t cache_pages = 0;           ///< KV pages only the cache holds now
 };
 
 /// Owns the pools of one model and schedules requests over them, FCFS. Not thread-safe: one
@@ -190,6 +225,10 @@ class Engine {
     int64_t prefill_len = int64_t(prompt.size());
     int64_t admission = -1;  ///< when it was last admitted (Engine::admissions_), for preemption
     bool admitted = false;
+    int64_t cached = -1;  ///< prefix-cache tokens at its first admission (-1: not admitted yet)
+    /// Prefix cache: where the prefill stops once to leave a snapshot where the tree branches
+    /// (the end of what matched), 0 for none.
+    int64_t branch = 0;
     bool prefill_done() const { return processed >= prefill_len; }
   };
   /// One sequence of the step's batch.
@@ -216,8 +255,29 @@ class Engine {
 
   /// KV pages of a sequence of `tokens` tokens (0 for a model without attention layers).
   int64_t pages_for(int64_t tokens) const;
-  bool can_admit(const Request& r) const;
-  Status admit(Request& r);
+  /// Admits `r` when a slot and its prefill's pages can be had (evicting cache entries for them):
+  /// from the prefix cache's longest snapshot of its tokens, else from zeros. False: it waits.
+  bool try_admit(Request& r);
+  /// The request's tokens so far: prompt, then generated.
+  std::vector<int32_t> sequence(const Request& r) const;
+  /// A state slot: a free one, else one the prefix cache gives back; -1 when neither.
+  int32_t take_slot();
+  /// `n` pages (one reference each), evicting cache leaves while the pool has too few; empty on
+  /// failure (nothing taken).
+  std::optional<std::vector<int32_t>> take_pages(int64_t n);
+  /// Drops one reference to each page; a page nobody references goes back to the pool.
+  void drop_pages(std::span<const int32_t> pages);
+  /// Evicts cache entries until `pages` pages are free or nothing more can go.
+  void make_room(int64_t pages);
+  /// Returns what an eviction freed to the pools.
+  void reclaim(const std::vector<int32_t>& slots, const std::vector<int32_t>& pages);
+  /// Puts the state of `r` after its processed tokens into the prefix cache (a no-op when the
+  /// cache holds that prefix's snapshot already or no slot can be had): a copy in another slot,
+  /// or with `adopt` (a request that has ended) its working slot itself (r.slot becomes -1).
+  void snapshot(Request& r, bool adopt);
+  /// Whether the step that brought `r` to its processed count should leave a snapshot.
+  bool wants_snapshot(const Request& r) const;
+  bool cache_on() const { return cache_.has_value(); }
   /// Frees the request's slot and pages and sends it back to waiting, to be recomputed.
   void preempt(Request& r);
   /// Gives every decoding request the page its next token needs, preempting the most recently
@@ -238,7 +298,11 @@ class Engine {
   MemoryPlan plan_;
   std::optional<StatePool> states_;  ///< absent for a model without linear layers
   std::optional<KvPagePool> pages_;  ///< absent for a model without attention layers
-  Tensor decode_arrivals_;           ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
+  /// References per KV page (requests' page tables + the prefix cache's tokens): a page is
+  /// allocated in pages_ exactly while it has one.
+  std::vector<int32_t> page_refs_;
+  std::optional<RadixTree> cache_;  ///< prefix cache, when enabled and the model allows
+  Tensor decode_arrivals_;          ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
   Tensor decode_workspace_;  ///< CUDA: f32, gated_delta_rule_decode_workspace_bytes (BatchMemory)
   model::BatchMemory memory_;
   Stream stream_{};  ///< CUDA: every step runs on it (create_stream); else none

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/device_memory.h"
+
 namespace hyla::runtime {
 
 using model::MixerKind;
@@ -126,6 +128,21 @@ Status KvPagePool::free(std::span<const int32_t> pages) {
     allocated_[size_t(page)] = 0;
     free_list_.push_back(page);
   }
+  return ok_status();
+}
+
+Status KvPagePool::copy_page(int32_t from, int32_t to) {
+  for (const int32_t page : {from, to})
+    if (!is_allocated(page))
+      return invalid_argument("kv_page_pool.copy_page: page ", page, " is not allocated (of ",
+                              capacity_, ")");
+  if (from == to) return ok_status();
+  for (const std::vector<Tensor>* caches : {&k_, &v_})
+    for (const Tensor& cache : *caches) {
+      if (!cache.defined()) continue;
+      const TensorView src = cache.view().select(from), dst = cache.view().select(to);
+      device_copy(dst.raw(), options_.device, src.raw(), options_.device, size_t(src.span_bytes()));
+    }
   return ok_status();
 }
 

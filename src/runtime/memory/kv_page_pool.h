@@ -41,6 +41,9 @@ class KvPagePool {
   int64_t free_pages() const { return int64_t(free_list_.size()); }
   int64_t used_pages() const { return capacity_ - free_pages(); }
   bool is_allocated(int32_t page) const;
+  /// Copies page `from` into page `to` in every attention layer (a prefix-cache hit that resumes
+  /// inside a page takes its own copy of it). Both must be allocated.
+  Status copy_page(int32_t from, int32_t to);
   int64_t page_size() const { return options_.page_size; }
   /// ceil(tokens / page_size): the pages a sequence of `tokens` tokens needs.
   int64_t pages_for_tokens(int64_t tokens) const;

@@ -17,7 +17,7 @@
 
 #include "core/device_memory.h"
 #include "kernels/cuda/cuda_testing.h"
-#include "runtime/engine_testing.h"
+#include "runtime/prefix_cache_testing.h"
 
 namespace hyla::runtime {
 namespace {
@@ -170,6 +170,17 @@ TEST_P(EngineCudaTest, LogprobsMatchTheCpuAndSkipDecodeGraphs) {
   if (DecodeGraphs::supports(g.model->config())) {
     EXPECT_GT(plain->graph_stats().replays, 0);
   }
+}
+
+// The prefix cache on the device: snapshots copied between device slots, partial pages copied,
+// hits giving the CPU's greedy tokens and the log-probabilities of no cache; eviction with decode
+// graphs replaying (no logprobs).
+TEST_P(EngineCudaTest, PrefixCacheHitsGiveTheTokensOfNoCache) {
+  expect_prefix_cache_hits(GetParam(), Device::cuda());
+}
+
+TEST_P(EngineCudaTest, PrefixCacheEvictionKeepsTokensRight) {
+  expect_prefix_cache_eviction(GetParam(), Device::cuda());
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, EngineCudaTest, ::testing::ValuesIn(golden_archs()),

@@ -1,0 +1,95 @@
+// The engine's prefix cache (EngineOptions::prefix_cache) on every golden architecture: a hit
+// gives the tokens of the CPU's greedy_generate and the log-probabilities of an engine without
+// the cache (within the batched-vs-alone bound), wherever it resumes: a chunk boundary, inside a
+// chunk and a page, the token before the prompt's last, the end of an earlier turn, after
+// evictions; and thousands of random requests under a small pool keep the books straight.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "prefix_cache_testing.h"
+
+namespace hyla::runtime {
+namespace {
+
+using namespace engine_testing;
+
+class PrefixCacheTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PrefixCacheTest, HitsGiveTheTokensAndLogprobsOfNoCache) {
+  expect_prefix_cache_hits(GetParam(), Device::cpu());
+}
+
+TEST_P(PrefixCacheTest, EvictionUnderASmallPoolKeepsTokensRight) {
+  expect_prefix_cache_eviction(GetParam(), Device::cpu());
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, PrefixCacheTest, ::testing::ValuesIn(golden_archs()),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           return param.param;
+                         });
+
+// Thousands of requests with shared prefixes, random lengths and cancels, a small pool, many at
+// once: the engine's and the tree's books hold after every step (no slot or page held twice, refs
+// counted right, every leaf with a snapshot), every request ends, and afterwards every slot and
+// page is either free or the cache's.
+TEST(PrefixCache, RandomStressKeepsTheBooks) {
+  const Golden& g = golden("qwen3_next");
+  EngineOptions options = cache_options(128);
+  // Four run at once; the pool holds ten, so the cache has slots and pages to work with, and too
+  // few to keep everything.
+  Result<MemorySizing> sizing =
+      size_engine_memory(g.model->config(), options, std::vector<int64_t>(10, 160));
+  options.max_running = 4;
+  ASSERT_TRUE(sizing.ok()) << sizing.status().message();
+  options.memory_budget_bytes = sizing->budget_bytes;
+  options.state_ratio = sizing->state_ratio;
+  options.prefix_cache.decode_interval = 8;  // snapshots while decoding too
+  std::unique_ptr<Engine> engine = make_engine(*g.model, options);
+  std::mt19937 rng(424242);
+  const int32_t V = int32_t(g.model->config().vocab_size);
+  std::vector<Tokens> stems;
+  for (int i = 0; i < 6; ++i) {
+    Tokens t(size_t(20 + rng() % 100));
+    for (int32_t& x : t) x = int32_t(rng() % unsigned(V));
+    stems.push_back(t);
+  }
+  int64_t added = 0, ended = 0;
+  std::vector<RequestId> live;
+  for (int step = 0; added < 1500 || !engine->idle(); ++step) {
+    ASSERT_LT(step, 200000) << "no progress";
+    while (added < 1500 && live.size() < 12) {
+      Tokens p = stems[rng() % stems.size()];
+      p.resize(size_t(1 + rng() % p.size()));
+      for (auto extra = uint32_t(rng() % 8); extra > 0; --extra)
+        p.push_back(int32_t(rng() % unsigned(V)));
+      Result<RequestId> id = engine->add_request(p, greedy(1 + int64_t(rng() % 12)));
+      ASSERT_TRUE(id.ok()) << id.status().message();
+      live.push_back(id.value());
+      ++added;
+    }
+    if (!live.empty() && rng() % 10 == 0) {
+      const size_t i = rng() % live.size();
+      ASSERT_TRUE(engine->cancel(live[i]).ok());
+      live.erase(live.begin() + std::ptrdiff_t(i));
+      ++ended;
+    }
+    for (const TokenEvent& e : engine->step()) {
+      ASSERT_NE(e.reason, FinishReason::kError) << e.error;
+      if (!e.finished || e.reason == FinishReason::kCancelled) continue;
+      ++ended;
+      live.erase(std::find(live.begin(), live.end(), e.request));
+    }
+    const Status ok = engine->check_invariants();
+    ASSERT_TRUE(ok.ok()) << "step " << step << ": " << ok.message();
+  }
+  EXPECT_EQ(ended, 1500);
+  const EngineStats s = engine->stats();
+  EXPECT_GT(s.cache_hits, 100);
+  EXPECT_GT(s.cache_evictions, 0);
+  EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);
+  EXPECT_EQ(s.free_pages + s.cache_pages, engine->plan().kv_pages);
+}
+
+}  // namespace
+}  // namespace hyla::runtime

@@ -1,0 +1,145 @@
+// Prefix-cache checks shared by the CPU (runtime/prefix_cache_test.cpp) and CUDA
+// (runtime/cuda/engine_cuda_test.cpp) engine tests, each taking the device the engine runs on.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "engine_testing.h"
+
+namespace hyla::runtime::engine_testing {
+
+/// The golden reference's fp32 spread, times the batched-vs-alone factor of batch_logits_test
+/// (a resumed request regroups the same sums as a batched one), times 2: log-softmax moves by
+/// at most twice the largest change of its inputs. On CUDA at least the 2e-4 of the CUDA-vs-CPU
+/// logprob check (engine_cuda_test.cpp): its kernels regroup more than the CPU's.
+inline testing::Tolerance logprob_tolerance(const std::string& arch, Device device) {
+  const double spread = testing::reference_logits_spread(golden_root() + "/" + arch);
+  return {.atol = device.is_cpu() ? 2 * 4 * spread : std::max(2 * 4 * spread, 2e-4),
+          .rtol = 0,
+          .why = "log-softmax of logits within 4x the reference's fp32 path-to-path spread"};
+}
+
+struct Outcome {
+  Tokens tokens;
+  std::vector<double> logprobs;  // of each token, then its 3 best alternatives' values
+  int64_t cached = 0;
+};
+
+/// Runs `prompt` alone on `engine` (greedy, with log-probabilities).
+inline Outcome run_one(Engine& engine, const Tokens& prompt, int64_t n, bool logprobs = true) {
+  SamplingParams params = greedy(n);
+  params.logprobs = logprobs;
+  params.top_logprobs = logprobs ? 3 : 0;
+  Result<RequestId> id = engine.add_request(prompt, params);
+  EXPECT_TRUE(id.ok()) << id.status().message();
+  Outcome out;
+  if (!id.ok()) return out;
+  while (!engine.idle()) {
+    for (const TokenEvent& e : engine.step()) {
+      EXPECT_NE(e.reason, FinishReason::kError) << e.error;
+      out.cached = e.cached_tokens;
+      if (e.token < 0) continue;
+      out.tokens.push_back(e.token);
+      out.logprobs.push_back(e.logprob.value_or(NAN));
+      for (const TokenLogprob& t : e.top_logprobs) out.logprobs.push_back(t.logprob);
+    }
+    const Status ok = engine.check_invariants();
+    EXPECT_TRUE(ok.ok()) << ok.message();
+  }
+  return out;
+}
+
+inline EngineOptions cache_options(int64_t budget_tokens, Device device = Device::cpu()) {
+  EngineOptions o = test_options(device);
+  o.max_batch_tokens = budget_tokens;
+  o.prefix_cache.enabled = true;
+  return o;
+}
+
+// Request after request on one engine with the cache, each against the same prompt on a fresh
+// engine without it: same tokens (those of greedy_generate) and log-probabilities, and the hit
+// where the cache should have one.
+inline void expect_prefix_cache_hits(const std::string& arch, Device device) {
+  const Golden& g = golden(arch);
+  const testing::Tolerance tolerance = logprob_tolerance(arch, device);
+  const int64_t n = 6;
+  // Step budget 64: the 150-token prompt leaves snapshots at its chunk ends 64 and 128, and at 149.
+  std::unique_ptr<Engine> cached = make_engine(model_on(g, device), cache_options(64, device));
+  const Tokens p150 = prefix(g.a_prompt, 150);
+  Tokens other = g.b_prompt;  // a different tail
+  struct Case {
+    std::string name;
+    Tokens prompt;
+    int64_t want_cached;
+  };
+  const Outcome first = run_one(*cached, p150, n);
+  Tokens turn2 = p150;  // the first answer and a new question: resumes at the answer's end
+  turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
+  turn2.insert(turn2.end(), other.begin(), other.begin() + 9);
+  Tokens branch_a = prefix(p150, 100), branch_b = prefix(p150, 100);
+  branch_a.insert(branch_a.end(), other.begin(), other.begin() + 20);
+  branch_b.insert(branch_b.end(), other.begin() + 20, other.begin() + 30);
+  Tokens last_differs = prefix(p150, 149);
+  last_differs.push_back(other[0]);
+  const std::vector<Case> cases = {
+      {"identical prompt", p150, 149},
+      {"chunk boundary", prefix(p150, 70), 64},
+      {"the token before the last", last_differs, 149},
+      {"next turn", turn2, int64_t(p150.size() + first.tokens.size()) - 1},
+      // The chunk-boundary case left its own snapshot at 69 (the token before its last).
+      {"branch inside a chunk", branch_a, 69},
+      {"at that branch point, inside a page", branch_b, 100},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Outcome hit = run_one(*cached, c.prompt, n);
+    EXPECT_EQ(hit.cached, c.want_cached);
+    expect_cpu_greedy_tokens(g, c.prompt, hit.tokens, n, device);
+    std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
+    const Outcome want = run_one(*plain, c.prompt, n);
+    EXPECT_EQ(want.cached, 0);
+    EXPECT_EQ(hit.tokens, want.tokens);
+    if (hit.tokens != want.tokens) continue;
+    ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < hit.logprobs.size(); ++i)
+      EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
+          << "log-probability " << i << " (" << tolerance.why << ")";
+  }
+  const EngineStats s = cached->stats();
+  EXPECT_EQ(s.cache_hits, int64_t(cases.size()));
+  EXPECT_GT(s.cached_tokens, 0);
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_EQ(s.free_slots + s.cache_snapshots, cached->plan().state_slots);
+  EXPECT_EQ(s.free_pages + s.cache_pages, cached->plan().kv_pages);
+}
+
+// A pool too small to keep everything: requests down one shared prefix with different tails evict
+// earlier snapshots and KV, each still gives the right tokens, and the last prompt repeated hits
+// at its last token (its snapshot is among the most recently used).
+inline void expect_prefix_cache_eviction(const std::string& arch, Device device) {
+  const Golden& g = golden(arch);
+  EngineOptions options = cache_options(64, device);
+  const int64_t n = 4;
+  Result<MemorySizing> sizing =
+      size_engine_memory(g.model->config(), options, {200 + n, 200 + n, 200 + n, 200 + n});
+  ASSERT_TRUE(sizing.ok()) << sizing.status().message();
+  options.memory_budget_bytes = sizing->budget_bytes;
+  options.state_ratio = sizing->state_ratio;
+  std::unique_ptr<Engine> engine = make_engine(model_on(g, device), options);
+  Tokens last;
+  for (int i = 0; i < 8; ++i) {
+    last = prefix(g.a_prompt, 100);
+    last.insert(last.end(), g.b_prompt.begin() + i, g.b_prompt.begin() + i + 10);
+    SCOPED_TRACE("tail " + std::to_string(i));
+    const Outcome got = run_one(*engine, last, n, /*logprobs=*/false);
+    expect_cpu_greedy_tokens(g, last, got.tokens, n, device);
+  }
+  EXPECT_GT(engine->stats().cache_evictions, 0);
+  const Outcome again = run_one(*engine, last, n, /*logprobs=*/false);
+  EXPECT_EQ(again.cached, int64_t(last.size()) - 1);
+  expect_cpu_greedy_tokens(g, last, again.tokens, n, device);
+}
+
+}  // namespace hyla::runtime::engine_testing
