@@ -111,9 +111,13 @@ int chat(const ChatOptions& options, std::FILE* in, std::FILE* out, std::FILE* e
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
   runtime::EngineOptions engine_options;
   engine_options.device = device.value();
-  engine_options.max_running = 1;
+  // Room for a second one: the prefix cache keeps the conversation so far, so each turn computes
+  // only its new tokens.
+  engine_options.prefix_cache.enabled = true;
+  engine_options.max_running = 2;
   Result<runtime::MemorySizing> sizing =
-      runtime::size_engine_memory(config, engine_options, {context});
+      runtime::size_engine_memory(config, engine_options, {context, context});
+  engine_options.max_running = 1;
   if (!sizing.ok()) return fail(err, sizing.status().message());
   engine_options.memory_budget_bytes = sizing->budget_bytes;
   engine_options.state_ratio = sizing->state_ratio;

@@ -187,6 +187,10 @@ int main(int argc, char** argv) {
   srv->add_option("--served-model-name", serve.served_model_name,
                   "the model's name in the API: /v1/models and requests' \"model\" (default: the "
                   "model folder's name)");
+  srv->add_option_function<std::string>(
+         "--prefix-cache", [&serve](const std::string& v) { serve.prefix_cache = v == "on"; },
+         "reuse the state and KV of earlier requests' common prefixes: on (default) or off")
+      ->check(CLI::IsMember({"on", "off"}));
   srv->add_option("--port", serve.port, "port to listen on (default 8080; 0: any free port)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   srv->add_option("--device", serve.device, "cpu, cuda, or auto (default: cuda when visible)")

@@ -64,6 +64,7 @@ int serve(const ServeOptions& options) {
   runtime::EngineOptions engine_options;
   engine_options.device = device.value();
   engine_options.max_running = options.max_running;
+  engine_options.prefix_cache.enabled = options.prefix_cache;
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
   if (options.budget_mib) {
     engine_options.memory_budget_bytes = *options.budget_mib << 20;
@@ -72,10 +73,15 @@ int serve(const ServeOptions& options) {
     // preempts the newest request). Size the pools so that max_running requests of
     // default_max_tokens plus a prompt as long run together without preemption, and so that one
     // request can reach the whole context.
-    std::vector<int64_t> tokens(size_t(options.max_running), 2 * options.default_max_tokens);
+    // With the prefix cache, as much again for what it keeps (snapshots and KV that no running
+    // request holds).
+    const int64_t sized = options.prefix_cache ? 2 * options.max_running : options.max_running;
+    std::vector<int64_t> tokens(size_t(sized), 2 * options.default_max_tokens);
     tokens[0] = context;
+    engine_options.max_running = sized;
     Result<runtime::MemorySizing> sizing =
         runtime::size_engine_memory(config, engine_options, tokens);
+    engine_options.max_running = options.max_running;
     if (!sizing.ok()) return fail(sizing.status().message());
     engine_options.memory_budget_bytes = sizing->budget_bytes;
     engine_options.state_ratio = sizing->state_ratio;

@@ -20,6 +20,7 @@ struct ServeOptions {
   int64_t max_running = 64;
   int64_t default_max_tokens = 256;
   std::optional<int64_t> budget_mib;  ///< unset: sized for max_running requests of the context
+  bool prefix_cache = true;           ///< --prefix-cache on|off
   int http_threads = 2;
 };
 

@@ -254,6 +254,7 @@ class Session : public std::enable_shared_from_this<Session> {
     delivered_logprobs_.clear();
     text_.clear();
     completion_tokens_ = 0;
+    cached_tokens_ = 0;
     first_chunk_ = true;
     id_ = server_.next_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
     created_ = unix_time();
@@ -304,6 +305,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!generating_) return;
     const runtime::TokenEvent& e = loop_event.event;
     if (loop_event.refused) return fail_generation(400, e.error);
+    cached_tokens_ = e.cached_tokens;
     if (e.token >= 0) {
       ++completion_tokens_;
       const Clock::time_point now = Clock::now();
@@ -370,16 +372,17 @@ class Session : public std::enable_shared_from_this<Session> {
     if (request_.stream) {
       queue(sse_event(stream_chunk(request_, id_, created_, "", first_chunk_, reason)));
       if (request_.include_usage)
-        queue(sse_event(usage_chunk(request_, id_, created_, completion_tokens_)));
+        queue(
+            sse_event(usage_chunk(request_, id_, created_, {completion_tokens_, cached_tokens_})));
       queue("data: [DONE]\n\n");
       end_stream_ = true;
       write_next();
     } else {
-      respond(
-          200,
-          completion_body(request_, id_, created_, text_, reason, completion_tokens_,
-                          logprobs_json(request_, *server_.model.tokenizer, delivered_logprobs_)),
-          "application/json");
+      respond(200,
+              completion_body(
+                  request_, id_, created_, text_, reason, {completion_tokens_, cached_tokens_},
+                  logprobs_json(request_, *server_.model.tokenizer, delivered_logprobs_)),
+              "application/json");
     }
     self_.reset();  // the pending writes hold the session now
   }
@@ -524,6 +527,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<TokenLogprobEntry> delivered_logprobs_;  // not streamed: the response's
   std::string text_;
   int64_t completion_tokens_ = 0;
+  int64_t cached_tokens_ = 0;  ///< prompt tokens the prefix cache gave (from the engine's events)
   bool first_chunk_ = true;
   std::string id_;
   int64_t created_ = 0;

@@ -19,6 +19,11 @@ void gauge(std::string& out, const char* name, const char* help, int64_t value) 
   out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name, " ", value, "\n");
 }
 
+void counter(std::string& out, const char* name, const char* help, int64_t value) {
+  out +=
+      str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ", value, "\n");
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds)
@@ -99,6 +104,20 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
   gauge(out, "hyla_state_slots_free", "Free state slots.", stats.free_slots);
   gauge(out, "hyla_state_slots_total", "State slots of the memory plan.", plan.state_slots);
   gauge(out, "hyla_kv_pages_free", "Free KV pages.", stats.free_pages);
+  counter(out, "hyla_prefix_cache_lookups_total", "Admissions that looked a prefix up.",
+          stats.cache_lookups);
+  counter(out, "hyla_prefix_cache_hits_total", "Admissions that resumed from a cached snapshot.",
+          stats.cache_hits);
+  counter(out, "hyla_prefix_cache_cached_tokens_total",
+          "Prompt tokens taken from the prefix cache instead of computed.", stats.cached_tokens);
+  counter(out, "hyla_prefix_cache_evictions_total", "Cached snapshots evicted.",
+          stats.cache_evictions);
+  gauge(out, "hyla_prefix_cache_snapshots", "State snapshots the prefix cache holds.",
+        stats.cache_snapshots);
+  gauge(out, "hyla_prefix_cache_snapshot_bytes", "Bytes of those snapshots.",
+        stats.cache_snapshot_bytes);
+  gauge(out, "hyla_prefix_cache_kv_pages", "KV pages only the prefix cache holds.",
+        stats.cache_pages);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
   return out;
 }

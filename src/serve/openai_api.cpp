@@ -351,11 +351,12 @@ bool parse_generation_request(Endpoint endpoint, std::string_view text, const Ap
 
 namespace {
 
-nlohmann::json usage(const GenerationRequest& request, int64_t completion_tokens) {
+nlohmann::json usage(const GenerationRequest& request, const UsageCounts& counts) {
   const int64_t prompt_tokens = int64_t(request.prompt.size());
   return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"completion_tokens", counts.completion_tokens},
+          {"total_tokens", prompt_tokens + counts.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", counts.cached_tokens}}}};
 }
 
 nlohmann::json finish_json(const std::string& finish_reason) {
@@ -454,7 +455,7 @@ nlohmann::json logprobs_json(const GenerationRequest& request, const Tokenizer& 
 
 std::string completion_body(const GenerationRequest& request, const std::string& id,
                             int64_t created, const std::string& text,
-                            const std::string& finish_reason, int64_t completion_tokens,
+                            const std::string& finish_reason, const UsageCounts& counts,
                             const nlohmann::json& logprobs) {
   nlohmann::json choice = {{"index", 0}};
   if (request.endpoint == Endpoint::kChat)
@@ -469,7 +470,7 @@ std::string completion_body(const GenerationRequest& request, const std::string&
                     {"created", created},
                     {"model", request.model},
                     {"choices", nlohmann::json::array({choice})},
-                    {"usage", usage(request, completion_tokens)}});
+                    {"usage", usage(request, counts)}});
 }
 
 nlohmann::json stream_chunk(const GenerationRequest& request, const std::string& id,
@@ -497,14 +498,14 @@ nlohmann::json stream_chunk(const GenerationRequest& request, const std::string&
 }
 
 nlohmann::json usage_chunk(const GenerationRequest& request, const std::string& id, int64_t created,
-                           int64_t completion_tokens) {
+                           const UsageCounts& counts) {
   const bool chat = request.endpoint == Endpoint::kChat;
   return {{"id", id},
           {"object", chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},
           {"model", request.model},
           {"choices", nlohmann::json::array()},
-          {"usage", usage(request, completion_tokens)}};
+          {"usage", usage(request, counts)}};
 }
 
 std::string sse_event(const nlohmann::json& value) { return "data: " + dump_json(value) + "\n\n"; }

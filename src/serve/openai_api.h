@@ -115,10 +115,17 @@ class LogprobTracker {
 nlohmann::json logprobs_json(const GenerationRequest& request, const Tokenizer& tokenizer,
                              std::span<const TokenLogprobEntry> entries);
 
+/// A request's token counts for "usage": generated, and the prompt's tokens the prefix cache gave
+/// (usage.prompt_tokens_details.cached_tokens).
+struct UsageCounts {
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
 /// A non-streamed response: chat.completion or text_completion; `logprobs` from logprobs_json.
 std::string completion_body(const GenerationRequest& request, const std::string& id,
                             int64_t created, const std::string& text,
-                            const std::string& finish_reason, int64_t completion_tokens,
+                            const std::string& finish_reason, const UsageCounts& counts,
                             const nlohmann::json& logprobs = nullptr);
 /// One streamed chunk (chat.completion.chunk or text_completion): `text` as the delta (with the
 /// role on the first chat chunk), `finish_reason` empty -> null, `logprobs` those of the tokens
@@ -129,7 +136,7 @@ nlohmann::json stream_chunk(const GenerationRequest& request, const std::string&
                             const nlohmann::json& logprobs = nullptr);
 /// The last chunk of include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const GenerationRequest& request, const std::string& id, int64_t created,
-                           int64_t completion_tokens);
+                           const UsageCounts& counts);
 /// "data: <json>\n\n"
 std::string sse_event(const nlohmann::json& value);
 /// JSON text; invalid UTF-8 (never produced by StreamingDecoder) would be replaced, not thrown.

@@ -89,9 +89,12 @@ async function collect(stream, chat) {
   return { text, finishes, usage };
 }
 
-function expectUsage(usage, promptTokens, completionTokens) {
+/// `cachedTokens`: the prompt tokens the server's prefix cache gave (the first time a prompt is
+/// sent 0, afterwards all but its last token).
+function expectUsage(usage, promptTokens, completionTokens, cachedTokens) {
   assert.deepEqual(usage, { prompt_tokens: promptTokens, completion_tokens: completionTokens,
-                            total_tokens: promptTokens + completionTokens });
+                            total_tokens: promptTokens + completionTokens,
+                            prompt_tokens_details: { cached_tokens: cachedTokens } });
 }
 
 /// Calls `request`, which must throw `type` with `status`; returns the error.
@@ -132,7 +135,7 @@ async function main(port) {
     assert.equal(got.choices[0].text, want.text);
     assert.equal(got.choices[0].finish_reason, want.finish);
     assert.equal(want.finish, 'length');
-    expectUsage(got.usage, want.promptTokens, want.tokens);
+    expectUsage(got.usage, want.promptTokens, want.tokens, 0);
   });
   await check('completions streamed: text == hyla generate, usage chunk', async () => {
     const got = await collect(await client.completions.create({
@@ -140,7 +143,7 @@ async function main(port) {
       stream_options: { include_usage: true } }), false);
     assert.equal(got.text, want.text);
     assert.deepEqual(got.finishes, ['length']);
-    expectUsage(got.usage, want.promptTokens, want.tokens);
+    expectUsage(got.usage, want.promptTokens, want.tokens, want.promptTokens - 1);
   });
 
   const messages = [{ role: 'user', content: 'Tell me about the sea.' }];
@@ -153,7 +156,7 @@ async function main(port) {
     assert.equal(got.choices[0].message.role, 'assistant');
     assert.equal(got.choices[0].message.content, wantChat.text);
     assert.equal(got.choices[0].finish_reason, wantChat.finish);
-    expectUsage(got.usage, wantChat.promptTokens, wantChat.tokens);
+    expectUsage(got.usage, wantChat.promptTokens, wantChat.tokens, 0);
   });
   await check('chat streamed: content == hyla generate, role first, usage chunk', async () => {
     const stream = await client.chat.completions.create({
@@ -170,12 +173,12 @@ async function main(port) {
     assert.equal(first.choices[0].delta.role, 'assistant');
     assert.equal(got.text, wantChat.text);
     assert.deepEqual(got.finishes, [wantChat.finish]);
-    expectUsage(got.usage, wantChat.promptTokens, wantChat.tokens);
+    expectUsage(got.usage, wantChat.promptTokens, wantChat.tokens, wantChat.promptTokens - 1);
   });
   await check('max_tokens 1: one token, finish_reason length', async () => {
     const got = await client.completions.create({ model, prompt, max_tokens: 1, temperature: 0 });
     assert.equal(got.choices[0].finish_reason, 'length');
-    expectUsage(got.usage, want.promptTokens, 1);
+    expectUsage(got.usage, want.promptTokens, 1, want.promptTokens - 1);
   });
 
   // A stop string from the middle of the greedy text: the text ends right before its first
