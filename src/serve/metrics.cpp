@@ -100,6 +100,11 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
   gauge(out, "hyla_state_slots_total", "State slots of the memory plan.", plan.state_slots);
   gauge(out, "hyla_kv_pages_free", "Free KV pages.", stats.free_pages);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
+  out += str_cat(
+      "# HELP hyla_preemptions_total Running requests sent back to waiting to free KV pages "
+      "(resumed later by recomputing them).\n"
+      "# TYPE hyla_preemptions_total counter\nhyla_preemptions_total ",
+      stats.preemptions, "\n");
   return out;
 }
 
