@@ -222,7 +222,10 @@ class Stream : public std::enable_shared_from_this<Stream> {
         if (finished_) return;
       }
     }
-    if (ec) return fail("read", ec.message() + " before [DONE]");
+    if (ec)
+      return fail("read", ec.message() + " before [DONE], after " +
+                              std::to_string(result_.chunks) + " text chunks in " +
+                              std::to_string(seconds_since(start_)) + " s");
     if (parser_.is_done()) return fail("no_done", "the stream ended without data: [DONE]");
     read();
   }

@@ -3,7 +3,10 @@
 // closes before it stops, so no event is posted to a stopped io_context.
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -231,19 +234,32 @@ class Session : public std::enable_shared_from_this<Session> {
   /// Waits for the read end: readable with nothing to read means the client closed it.
   void watch_disconnect() {
     watching_ = true;
-    stream_.socket().async_wait(
-        tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
-          self->watching_ = false;
-          if (self->read_after_watch_) {
-            self->read_after_watch_ = false;
-            return self->do_read();
-          }
-          if (!self->generating_) return;
-          beast::error_code avail_ec;
-          const size_t available = self->stream_.socket().available(avail_ec);
-          if (ec || avail_ec || available == 0) self->client_gone();
-          // Else the client sent more (a pipelined request): read after this response.
-        });
+    stream_.socket().async_wait(tcp::socket::wait_read,
+                                [self = shared_from_this()](beast::error_code ec) {
+                                  self->watching_ = false;
+                                  if (self->read_after_watch_) {
+                                    self->read_after_watch_ = false;
+                                    return self->do_read();
+                                  }
+                                  if (!self->generating_) return;
+                                  const int read_end = ec ? 0 : self->peek_read_end();
+                                  if (read_end == 0) self->client_gone();
+                                  if (read_end < 0)
+                                    self->watch_disconnect();  // a stale report: watch on
+                                  // Else the client sent more (a pipelined request): read after
+                                  // this response.
+                                });
+  }
+
+  /// What the read end holds, without taking it: 1 bytes, 0 its end (the client closed it, or
+  /// the socket failed), -1 nothing yet. A readiness report can be stale: the reactor may report
+  /// the request's own arrival after the request was read, and nothing is there then.
+  int peek_read_end() {
+    char byte = 0;
+    const ssize_t n = ::recv(stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return 1;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return -1;
+    return 0;
   }
 
   void client_gone() {
