@@ -223,9 +223,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
       }
     }
     if (ec)
-      return fail("read", ec.message() + " before [DONE], after " +
-                              std::to_string(result_.chunks) + " text chunks in " +
-                              std::to_string(seconds_since(start_)) + " s");
+      return fail("read", ec.message() + " before [DONE], after " + std::to_string(result_.chunks) +
+                              " text chunks in " + std::to_string(seconds_since(start_)) + " s");
     if (parser_.is_done()) return fail("no_done", "the stream ended without data: [DONE]");
     read();
   }
