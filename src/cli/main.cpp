@@ -207,6 +207,14 @@ int main(int argc, char** argv) {
   srv->add_option("--budget-mib", serve.budget_mib,
                   "memory for state slots + KV pages (default: sized for --max-running requests)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  srv->add_option("--state-ratio", serve.state_ratio,
+                  "state-pool : KV-pool bytes of --budget-mib (default 0.9; higher: more state "
+                  "slots, fewer KV pages)")
+      ->check(CLI::Range(0.001, 1000.0));
+  srv->add_option("--read-timeout", serve.read_timeout_s,
+                  "seconds a request's header and body may take to arrive; a slower client is "
+                  "disconnected (default 10)")
+      ->check(CLI::Range(0.05, 3600.0));
   srv->add_option("--http-threads", serve.http_threads, "threads serving the connections")
       ->check(CLI::Range(1, 64));
   int serve_threads = 0;

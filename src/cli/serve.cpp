@@ -8,6 +8,8 @@
 #include "cli/generate.h"
 #include "core/error.h"
 #ifdef HYLA_WITH_SERVER
+#include <sys/resource.h>
+
 #include <csignal>
 #include <filesystem>
 
@@ -32,6 +34,20 @@ int fail(const std::string& message) {
 #ifdef HYLA_WITH_SERVER
 namespace fs = std::filesystem;
 
+/// Raises the open-file limit to its hard limit: every open connection is a descriptor, and the
+/// usual soft limit (1024) is below what a server holding a thousand streams needs. Returns the
+/// limit now in force.
+int64_t raise_open_files() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? INT64_MAX : int64_t(limit.rlim_cur);
+}
+
 int serve(const ServeOptions& options) {
   // SIGINT / SIGTERM are taken by sigwait at the end: blocked before any thread starts (the
   // thread pool's, OpenBLAS's), since a thread that does not block them would take them.
@@ -40,6 +56,16 @@ int serve(const ServeOptions& options) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Descriptors: a connection each for the running and waiting requests, plus the model's files,
+  // the listener and some for /health and /metrics.
+  const int64_t open_files = raise_open_files();
+  const int64_t wanted_files = options.max_running + options.max_waiting + 64;
+  if (open_files >= 0 && open_files < wanted_files)
+    std::fprintf(stderr,
+                 "hyla serve: warning: the open-file limit is %lld (the hard limit), below the "
+                 "%lld that --max-running + --max-waiting connections need; more clients get "
+                 "their connection refused (raise it with ulimit -Hn as root)\n",
+                 static_cast<long long>(open_files), static_cast<long long>(wanted_files));
   if (options.port < 0 || options.port > 65535)
     return fail(str_cat("--port is ", options.port, ", expected an integer in [0, 65535]"));
   const std::string dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
@@ -66,8 +92,11 @@ int serve(const ServeOptions& options) {
   engine_options.max_running = options.max_running;
   engine_options.prefix_cache.enabled = options.prefix_cache;
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
+  if (options.state_ratio && !options.budget_mib)
+    return fail("--state-ratio splits --budget-mib: give both");
   if (options.budget_mib) {
     engine_options.memory_budget_bytes = *options.budget_mib << 20;
+    if (options.state_ratio) engine_options.state_ratio = *options.state_ratio;
   } else {
     // Pages are taken by need (admission the prompt's, each decode step its token's; a full pool
     // preempts the newest request). Size the pools so that max_running requests of
@@ -110,6 +139,8 @@ int serve(const ServeOptions& options) {
   if (server_options.model_name.empty()) server_options.model_name = "hyla";
   server_options.default_max_tokens = options.default_max_tokens;
   server_options.max_context = context;
+  server_options.read_timeout =
+      std::chrono::milliseconds(int64_t(options.read_timeout_s * 1000.0 + 0.5));
   Result<std::unique_ptr<serve::HttpServer>> server =
       serve::HttpServer::start(server_model, server_options);
   if (!server.ok()) return fail(server.status().message());

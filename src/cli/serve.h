@@ -1,6 +1,7 @@
 // `hyla serve`: the OpenAI-compatible HTTP server (serve/http_server.h) on one model.
 //   hyla serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--device auto|cpu|cuda]
-//              [--served-model-name NAME] [--max-waiting N] [--budget-mib N] [--threads N]
+//              [--served-model-name NAME] [--prefix-cache on|off] [--max-waiting N]
+//              [--budget-mib N [--state-ratio R]] [--read-timeout S] [--threads N]
 // DIR defaults to the embedded demo model. Runs until SIGINT / SIGTERM.
 #pragma once
 
@@ -22,6 +23,9 @@ struct ServeOptions {
   std::optional<int64_t> budget_mib;  ///< unset: sized for max_running requests of the context
   bool prefix_cache = true;           ///< --prefix-cache on|off
   int http_threads = 2;
+  double read_timeout_s = 10;  ///< a request's header + body must arrive within this
+  /// State-pool : KV-pool bytes of --budget-mib (plan_memory's state_ratio); unset: the engine's.
+  std::optional<double> state_ratio;
 };
 
 /// Loads the model, tokenizer and chat template, starts the engine loop and the server, and

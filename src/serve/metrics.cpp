@@ -119,6 +119,11 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
   gauge(out, "hyla_prefix_cache_kv_pages", "KV pages only the prefix cache holds.",
         stats.cache_pages);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
+  out += str_cat(
+      "# HELP hyla_preemptions_total Running requests sent back to waiting to free KV pages "
+      "(resumed later by recomputing them).\n"
+      "# TYPE hyla_preemptions_total counter\nhyla_preemptions_total ",
+      stats.preemptions, "\n");
   return out;
 }
 

@@ -1,6 +1,7 @@
 // The server's Prometheus metrics (text exposition format 0.0.4), safe to update from any thread:
 // requests by status code, prompt and generated tokens, time-to-first-token and time-per-output-
-// token histograms, and the engine's gauges (waiting, running, free state slots and KV pages).
+// token histograms, the engine's gauges (waiting, running, free state slots and KV pages) and its
+// preemptions.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): the whole model on the GPU.
-#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|all]...
+#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|serve|all]...
 #   (default: tests demo)
 # tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
 # embedded demo model. kbench: the kernel benchmarks of bench/ (paged attention, MoE). ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
@@ -11,6 +11,9 @@
 # sidebyside: all of it in one call (the machine is released 30 s after a call, so nothing survives
 # to the next): llama.cpp builds in the background while the checkpoint is written and `hyla bench`
 # runs, then llama.cpp converts and runs its rows (~9 min in all).
+# serve: `hyla serve --device cuda` on the demo model driven by hyla_serve_load at 1, 16, 64, 256
+# streams, next to `hyla generate` and `hyla bench` there (tools/serve_bench.sh; its files under
+# $OUT/serve_bench). Needs the tokenizer in the build (tokenizer_deps.sh; ~3 min in all).
 # Everything printed goes to $OUT/summary.txt; logs of failing steps are printed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -34,6 +37,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON -DHYL
 targets=(hyla_cli)
 want tests && targets+=(hyla_gpu_tests)
 want kbench && targets+=(hyla_bench_paged_attention hyla_bench_moe hyla_bench_linear)
+want serve && targets+=(hyla_serve_load)
 cmake --build build-gpu -j 16 --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
   { grep -E "error" -A5 "$LOGS/build.log" | head -80; exit 1; }
 echo "build: $((SECONDS - start)) s"
@@ -104,4 +108,14 @@ if want sidebyside; then
   wait $llama_build; echo "llama.cpp build rc=$?"; tail -3 "$LOGS/llama_build.log"
   timeout 240 bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" \
     "$WORK/llama" "$OUT/llamacpp.json" convert bench
+fi
+if want serve; then
+  if [[ -x ./build-gpu/bin/hyla_serve_load ]]; then
+    echo "== serving: hyla serve --device cuda on the demo model"
+    t=$SECONDS
+    BUILD=build-gpu DEVICE=cuda OUT="$OUT/serve_bench" timeout 500 bash tools/serve_bench.sh models/hyla-demo
+    echo "serve bench: $((SECONDS - t)) s"
+  else
+    echo "== serving: no hyla_serve_load (the build has no HTTP server: $(grep -E 'HTTP server' "$LOGS/configure.log"))"
+  fi
 fi
