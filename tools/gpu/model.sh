@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): the whole model on the GPU.
-#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|serve|all]...
+#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|prefix|serve|all]...
 #   (default: tests demo)
 # tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
 # embedded demo model. kbench: the kernel benchmarks of bench/ (paged attention, MoE). ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
@@ -11,6 +11,7 @@
 # sidebyside: all of it in one call (the machine is released 30 s after a call, so nothing survives
 # to the next): llama.cpp builds in the background while the checkpoint is written and `hyla bench`
 # runs, then llama.cpp converts and runs its rows (~9 min in all).
+# prefix: `hyla bench --workload prefix` on the demo model (the prefix cache off and on).
 # serve: `hyla serve --device cuda` on the demo model driven by hyla_serve_load at 1, 16, 64, 256
 # streams, next to `hyla generate` and `hyla bench` there (tools/serve_bench.sh; its files under
 # $OUT/serve_bench). Needs the tokenizer in the build (tokenizer_deps.sh; ~3 min in all).
@@ -108,6 +109,10 @@ if want sidebyside; then
   wait $llama_build; echo "llama.cpp build rc=$?"; tail -3 "$LOGS/llama_build.log"
   timeout 240 bash "$SHARED/tools/llamacpp_side_by_side.sh" third_party_peer/llamacpp.tar.gz "$ckpt" \
     "$WORK/llama" "$OUT/llamacpp.json" convert bench
+fi
+if want prefix; then
+  echo "== prefix cache workload (hyla bench --workload prefix) on the demo model"
+  timeout 300 $hyla bench --device cuda --workload prefix --new 32 --json "$OUT/prefix_workload.json" 2>&1 | tail -8
 fi
 if want serve; then
   if [[ -x ./build-gpu/bin/hyla_serve_load ]]; then
