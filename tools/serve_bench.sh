@@ -10,7 +10,7 @@
 # BUILD/serve_bench: serve_load.jsonl, server.log, hyla_bench.json, summary.txt), CONCURRENCY
 # (default 1,16,64,256), REQUESTS per level (default 64; a level runs at least its concurrency),
 # PROMPT_WORDS (default 48:56, about 64 tokens), MAX_TOKENS (default 64), THREADS (the model's CPU
-# threads; default hyla's). Needs BUILD/bin/hyla and BUILD/bin/hyla_serve_load (cmake --build BUILD
+# threads; default hyla's), SERVE_ARGS (more `hyla serve` options, e.g. --http-threads 8). Needs BUILD/bin/hyla and BUILD/bin/hyla_serve_load (cmake --build BUILD
 # --target hyla_cli hyla_serve_load).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -60,7 +60,8 @@ else
   # Every level's streams run at once: --max-running and --max-waiting hold the largest, and the
   # memory is sized for that many requests of 2 x 128 tokens (prompt + max_tokens fit well).
   "$hyla" serve --model "$model" --device "$DEVICE" --port 0 --max-running "$largest" \
-    --max-waiting $((largest + 64)) --default-max-tokens 128 "${threads[@]}" > "$OUT/server.log" 2>&1 &
+    --max-waiting $((largest + 64)) --default-max-tokens 128 "${threads[@]}" ${SERVE_ARGS:-} \
+    > "$OUT/server.log" 2>&1 &
   server=$!
   port=
   for _ in $(seq 1200); do
