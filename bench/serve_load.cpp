@@ -1133,8 +1133,8 @@ int run_check(const Options& o, const tcp::endpoint& endpoint, const Range& word
           "hyla_kv_pages_total", "hyla_preemptions_total", "hyla_prefix_cache_snapshots",
           "hyla_prefix_cache_kv_pages"})
       if (!m.count(name)) fail(std::string("/metrics has no ") + name);
-    const double slots_used = m["hyla_state_slots_total"] - m["hyla_state_slots_free"] -
-                              m["hyla_prefix_cache_snapshots"];
+    const double slots_used =
+        m["hyla_state_slots_total"] - m["hyla_state_slots_free"] - m["hyla_prefix_cache_snapshots"];
     const double pages_used =
         m["hyla_kv_pages_total"] - m["hyla_kv_pages_free"] - m["hyla_prefix_cache_kv_pages"];
     std::printf(

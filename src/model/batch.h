@@ -21,6 +21,12 @@ struct Batch {
   std::vector<std::vector<int32_t>> page_tables;
   /// false: logits of each sequence's last new token only ([B, vocab]); true: of every token.
   bool logits_all = false;
+  /// Optional (the prefix cache's snapshots inside a prefill chunk): per sequence in order, one
+  /// entry per full 64 (kernels::kDeltaRuleChunk) of its new tokens, the order of the chunk
+  /// kernel's chunk_states: the state-pool slot that receives every linear layer's state after
+  /// those tokens (SSM state and conv window), -1 for none. Empty: none. Only for prefill steps
+  /// of a model whose linear prefill runs the chunk algorithm (Model::writes_boundary_states).
+  std::vector<int32_t> boundary_slots;
 
   int64_t num_sequences() const { return int64_t(cu_seqlens.size()) - 1; }
   /// Every sequence has exactly one new token: linear layers take the decode path.

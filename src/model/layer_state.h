@@ -27,6 +27,10 @@ struct LinearMemory {
   bool decode = false;    ///< every sequence has exactly one new token (decode kernels)
   /// which implementation runs each phase (decode, prefill) of the GDN / KDA layers
   LinearAttnBackends backends;
+  /// Optional, host: Batch::boundary_slots and the batch's cu_seqlens (prefill only); the short
+  /// conv and the delta rule write each listed slot's conv window and SSM state.
+  const std::vector<int32_t>* boundary_slots = nullptr;
+  const std::vector<int32_t>* host_cu_seqlens = nullptr;
 };
 
 /// Everything one sequence carries between forward calls (on the model's device).

@@ -268,6 +268,22 @@ Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelCon
                           batch.page_tables[size_t(b)].size(), " pages of ", memory.page_size,
                           " tokens for ", batch.past[size_t(b)] + n, " tokens");
   }
+  if (!batch.boundary_slots.empty()) {
+    int64_t entries = 0;
+    for (int64_t b = 0; b < B; ++b)
+      entries += (batch.cu_seqlens[size_t(b + 1)] - batch.cu_seqlens[size_t(b)]) / 64;
+    if (batch.is_decode() || int64_t(batch.boundary_slots.size()) != entries)
+      return invalid_argument("forward_batch: boundary_slots has ", batch.boundary_slots.size(),
+                              " entries, expected one per full 64 new tokens of each sequence (",
+                              entries, ") in a prefill step");
+    int64_t slots = -1;
+    for (size_t i = 0; i < L && slots < 0; ++i)
+      if (memory.ssm_state[i].defined()) slots = memory.ssm_state[i].size(0);
+    for (const int32_t slot : batch.boundary_slots)
+      if (slot < -1 || slot >= slots)
+        return out_of_range("forward_batch: a boundary slot is ", slot, ", outside [-1, ", slots,
+                            ")");
+  }
   for (int64_t t = 0; t < int64_t(batch.tokens.size()); ++t)
     if (batch.tokens[size_t(t)] < 0 || batch.tokens[size_t(t)] >= c.vocab_size)
       return out_of_range("forward_batch: token ", t, " is ", batch.tokens[size_t(t)],
@@ -340,7 +356,9 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                                 .slots = indices.slots,
                                 .cu_seqlens = indices.cu_seqlens,
                                 .decode = batch.is_decode(),
-                                .backends = linear_backends_};
+                                .backends = linear_backends_,
+                                .boundary_slots = &batch.boundary_slots,
+                                .host_cu_seqlens = &batch.cu_seqlens};
       HYLA_RETURN_IF_ERROR(kind == MixerKind::kGatedDeltaNet
                                ? gdn_forward(layer.gdn, c, normed, linear, branch)
                                : kda_forward(layer.kda, c, normed, linear, branch));

@@ -79,6 +79,11 @@ class Model {
   /// fails the forward call that needs it.
   void set_linear_backends(const LinearAttnBackends& backends) { linear_backends_ = backends; }
   const LinearAttnBackends& linear_backends() const { return linear_backends_; }
+  /// Whether a prefill step writes Batch::boundary_slots (the chunk algorithm computes the states
+  /// at each 64; the recurrent backend does not).
+  bool writes_boundary_states() const {
+    return linear_backends_.prefill != LinearPrefillBackend::kRecurrent;
+  }
 
   /// Fresh per-sequence memory for up to `capacity` tokens, on the model's device.
   SequenceState new_sequence(int64_t capacity) const;

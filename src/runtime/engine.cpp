@@ -11,6 +11,7 @@
 #include "core/device_memory.h"
 #include "core/op_times.h"
 #include "kernels/argmax.h"
+#include "kernels/gated_delta_rule.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "runtime/memory/host_memory.h"
 
@@ -374,6 +375,58 @@ bool Engine::try_admit(Request& r) {
   return true;
 }
 
+std::vector<std::vector<Engine::Boundary>> Engine::reserve_boundaries(
+    const std::vector<Scheduled>& scheduled, model::Batch& batch) {
+  std::vector<std::vector<Boundary>> out;
+  if (!cache_ || batch.is_decode() || !model_.writes_boundary_states()) return out;
+  out.resize(scheduled.size());
+  constexpr int64_t C = kernels::kDeltaRuleChunk;
+  bool any = false;
+  for (size_t b = 0; b < scheduled.size(); ++b) {
+    const Scheduled& s = scheduled[b];
+    const std::vector<int32_t> tokens = sequence(*s.request);
+    // Entry j is the state after s.begin + C (j + 1) tokens; the chunk's end is not one of them
+    // (wants_snapshot takes that one after the step).
+    for (int64_t j = 0; j < s.count / C; ++j) {
+      const int64_t p = s.begin + C * (j + 1);
+      int32_t slot = -1;
+      if (p < s.begin + s.count && p % options_.prefix_cache.snapshot_interval == 0 &&
+          p < int64_t(tokens.size())) {
+        const CacheNode node = cache_->find(std::span<const int32_t>(tokens.data(), size_t(p)));
+        if (node < 0 || cache_->snapshot(node) < 0) slot = take_slot();
+      }
+      batch.boundary_slots.push_back(slot);
+      if (slot >= 0) {
+        out[b].push_back(Boundary{p, slot});
+        any = true;
+      }
+    }
+  }
+  if (!any) {
+    batch.boundary_slots.clear();
+    out.clear();
+  }
+  return out;
+}
+
+void Engine::keep_boundaries(const Request& r, const std::vector<Boundary>& list, bool finite) {
+  const std::vector<int32_t> tokens = sequence(r);
+  for (const Boundary& boundary : list) {
+    std::vector<int32_t> referenced;
+    Result<bool> inserted =
+        finite ? cache_->insert(std::span<const int32_t>(tokens.data(), size_t(boundary.position)),
+                                r.pages, boundary.slot, referenced)
+               : Result<bool>(false);
+    HYLA_CHECK(inserted.ok(), inserted.status().message());
+    if (!inserted.value()) {
+      (void)states_->free(boundary.slot);
+      continue;
+    }
+    for (const int32_t page : referenced) ++page_refs_[size_t(page)];
+    ++totals_.snapshots_taken;
+  }
+}
+
 bool Engine::wants_snapshot(const Request& r) const {
   const PrefixCacheOptions& c = options_.prefix_cache;
   const int64_t p = r.processed;
@@ -732,7 +785,9 @@ std::vector<TokenEvent> Engine::step() {
   const std::vector<Scheduled> scheduled = schedule(events);
   if (scheduled.empty()) return events;
 
-  const model::Batch batch = build_batch(scheduled);
+  model::Batch batch = build_batch(scheduled);
+  // Prefix cache: slots for the states inside the prefill chunks, filled by the step.
+  const std::vector<std::vector<Boundary>> boundaries = reserve_boundaries(scheduled, batch);
   ++totals_.steps;
   totals_.last_step_tokens = int64_t(batch.tokens.size());
   const int64_t V = model_.config().vocab_size, B = int64_t(scheduled.size());
@@ -747,6 +802,8 @@ std::vector<TokenEvent> Engine::step() {
       graphs_ && !host_rows && batch.is_decode() && !memory_.layer_times && !op_times_active();
   Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, host_rows);
   if (!picks.ok()) {
+    for (const std::vector<Boundary>& list : boundaries)
+      for (const Boundary& boundary : list) (void)states_->free(boundary.slot);
     // The slots and pages of every sequence in the batch may be half written: fail them all.
     for (const Scheduled& s : scheduled)
       release(s.request->id, FinishReason::kError, events, picks.status().message());
@@ -758,6 +815,7 @@ std::vector<TokenEvent> Engine::step() {
     if (r.processed < r.prefill_len) totals_.prompt_tokens += scheduled[size_t(b)].count;
     r.processed += scheduled[size_t(b)].count;
     // Only a state whose logits came out finite is worth resuming from.
+    if (!boundaries.empty()) keep_boundaries(r, boundaries[size_t(b)], picks->bad(b) == 0);
     if (cache_ && picks->bad(b) == 0 && wants_snapshot(r)) snapshot(r, /*adopt=*/false);
     if (!r.prefill_done()) continue;  // mid-prefill chunk: nothing to sample
 

@@ -42,8 +42,8 @@ inline constexpr int64_t kPrefillAlign = 64;
 /// snapshot of the longest cached prefix of their tokens and share its KV pages.
 struct PrefixCacheOptions {
   bool enabled = false;
-  /// Prefill chunks that end on a multiple of this many tokens leave a snapshot (chunks end on
-  /// multiples of kPrefillAlign when the step's token budget cuts them); a multiple of
+  /// Prefill leaves a snapshot at every multiple of this many tokens: inside a chunk from the
+  /// chunk kernel's boundary states (Batch::boundary_slots), or where a chunk ends; a multiple of
   /// kPrefillAlign.
   int64_t snapshot_interval = 64;
   /// Decoding leaves a snapshot every this many tokens of the sequence (0: never).
@@ -275,6 +275,19 @@ class Engine {
   /// cache holds that prefix's snapshot already or no slot can be had): a copy in another slot,
   /// or with `adopt` (a request that has ended) its working slot itself (r.slot becomes -1).
   void snapshot(Request& r, bool adopt);
+  /// A snapshot the step writes inside a prefill chunk: the state after `position` tokens.
+  struct Boundary {
+    int64_t position;
+    int32_t slot;
+  };
+  /// Prefix cache, prefill steps: a slot for each state inside a chunk worth keeping (on the
+  /// snapshot interval, not cached yet), listed in batch.boundary_slots for the model to fill;
+  /// per scheduled sequence (empty when the step writes none).
+  std::vector<std::vector<Boundary>> reserve_boundaries(const std::vector<Scheduled>& scheduled,
+                                                        model::Batch& batch);
+  /// After the step: the filled slots go into the cache under r's tokens (or back to the pool,
+  /// when the step's logits for r were not finite or the prefix got cached meanwhile).
+  void keep_boundaries(const Request& r, const std::vector<Boundary>& list, bool finite);
   /// Whether the step that brought `r` to its processed count should leave a snapshot.
   bool wants_snapshot(const Request& r) const;
   bool cache_on() const { return cache_.has_value(); }

@@ -20,6 +20,10 @@ TEST_P(PrefixCacheTest, HitsGiveTheTokensAndLogprobsOfNoCache) {
   expect_prefix_cache_hits(GetParam(), Device::cpu());
 }
 
+TEST_P(PrefixCacheTest, StatesInsideAChunkAreSnapshots) {
+  expect_prefix_cache_boundary_snapshots(GetParam(), Device::cpu());
+}
+
 TEST_P(PrefixCacheTest, EvictionUnderASmallPoolKeepsTokensRight) {
   expect_prefix_cache_eviction(GetParam(), Device::cpu());
 }

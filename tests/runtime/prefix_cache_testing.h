@@ -142,4 +142,34 @@ inline void expect_prefix_cache_eviction(const std::string& arch, Device device)
   expect_cpu_greedy_tokens(g, last, again.tokens, n, device);
 }
 
+// One 150-token prompt prefilled in one chunk (step budget 512) leaves the states after 64 and 128
+// tokens (the chunk kernel's boundary states, written to snapshot slots during the step); prompts
+// sharing 70 and 140 of its tokens then resume there, with the tokens and log-probabilities of no
+// cache.
+inline void expect_prefix_cache_boundary_snapshots(const std::string& arch, Device device) {
+  const Golden& g = golden(arch);
+  const testing::Tolerance tolerance = logprob_tolerance(arch, device);
+  const int64_t n = 5;
+  std::unique_ptr<Engine> cached = make_engine(model_on(g, device), cache_options(512, device));
+  const Tokens p150 = prefix(g.a_prompt, 150);
+  const Outcome first = run_one(*cached, p150, n);
+  EXPECT_EQ(first.cached, 0);
+  for (const auto& [length, want_cached] : {std::pair<size_t, int64_t>{70, 64}, {140, 128}}) {
+    Tokens prompt = prefix(p150, length);
+    prompt.push_back(g.b_prompt[0]);  // leaves the cached path after `length` tokens
+    SCOPED_TRACE("sharing " + std::to_string(length) + " tokens");
+    const Outcome hit = run_one(*cached, prompt, n);
+    EXPECT_EQ(hit.cached, want_cached);
+    expect_cpu_greedy_tokens(g, prompt, hit.tokens, n, device);
+    std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
+    const Outcome want = run_one(*plain, prompt, n);
+    EXPECT_EQ(hit.tokens, want.tokens);
+    if (hit.tokens != want.tokens) continue;
+    ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < hit.logprobs.size(); ++i)
+      EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
+          << "log-probability " << i << " (" << tolerance.why << ")";
+  }
+}
+
 }  // namespace hyla::runtime::engine_testing

@@ -47,6 +47,38 @@ Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& mem
   return true;
 }
 
+namespace {
+
+/// Calls f(sequence b, its boundary j, entry e, slot) for every listed boundary slot >= 0.
+template <typename F>
+Status for_each_boundary(const LinearMemory& memory, F&& f) {
+  if (memory.decode || memory.boundary_slots == nullptr || memory.boundary_slots->empty())
+    return ok_status();
+  const std::vector<int32_t>& cu = *memory.host_cu_seqlens;
+  int64_t e = 0;
+  for (size_t b = 0; b + 1 < cu.size(); ++b)
+    for (int64_t j = 0; j < (cu[b + 1] - cu[b]) / kernels::kDeltaRuleChunk; ++j, ++e)
+      if (const int32_t slot = (*memory.boundary_slots)[size_t(e)]; slot >= 0)
+        HYLA_RETURN_IF_ERROR(f(int64_t(b), j, e, slot));
+  return ok_status();
+}
+
+// The conv window after 64 (j + 1) new tokens of sequence b: its K-1 inputs before that point
+// (all inside this call's tokens, as 64 >= K-1), channel-major as the pool keeps them.
+Status boundary_conv_windows(const TensorView& qkv, const LinearMemory& memory) {
+  return for_each_boundary(memory, [&](int64_t b, int64_t j, int64_t, int32_t slot) {
+    const TensorView window = memory.conv_pool.select(slot);  // [D, K-1]
+    const int64_t K1 = window.size(1), D = window.size(0);
+    const int64_t end = (*memory.host_cu_seqlens)[size_t(b)] + kernels::kDeltaRuleChunk * (j + 1);
+    const TensorView rows = qkv.narrow(0, end - K1, K1);  // [K-1, D]
+    const int64_t shape[] = {D, K1}, stride[] = {rows.stride(1), rows.stride(0)};
+    return kernels::copy(
+        {.x = TensorView(rows.raw(), rows.dtype(), 2, shape, stride, rows.device()), .y = window});
+  });
+}
+
+}  // namespace
+
 Result<TensorView> decode_rows(const TensorView& view, Tensor& storage) {
   bool row_contiguous = true;
   int64_t row = 1;
@@ -82,6 +114,7 @@ Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                                           .silu = true,
                                           .y = mixed});
   }
+  HYLA_RETURN_IF_ERROR(boundary_conv_windows(qkv, memory));
   return kernels::causal_conv1d({.x = qkv,
                                  .weight = conv_weight,
                                  .bias = {},
@@ -111,6 +144,16 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
   const LinearPrefillBackend prefill = memory.backends.prefill;
   if (memory.decode || prefill == LinearPrefillBackend::kRecurrent)
     return kernels::gated_delta_rule_recurrent(p);
+  // The prefix cache's states inside the chunk: the chunk kernel writes every 64th (chunk_states;
+  // extend then always takes it), the listed ones go to their slots.
+  Tensor boundary;
+  if (memory.boundary_slots != nullptr && !memory.boundary_slots->empty()) {
+    const TensorView& pool = memory.ssm_pool;
+    boundary = Tensor::empty(
+        {int64_t(memory.boundary_slots->size()), pool.size(1), pool.size(2), pool.size(3)},
+        DType::kF32, q.device());
+    p.chunk_states = boundary;
+  }
   const bool chunk =
       prefill == LinearPrefillBackend::kChunk || kernels::gated_delta_rule_extend_uses_chunk(p);
   // The CUDA chunk body keeps its per-chunk scratch in a workspace (none on the CPU: 0 bytes).
@@ -120,8 +163,12 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
     workspace = Tensor::empty({(workspace_bytes + 3) / 4}, DType::kF32, q.device());
     p.workspace = workspace;
   }
-  if (prefill == LinearPrefillBackend::kChunk) return kernels::gated_delta_rule_chunk(p);
-  return kernels::gated_delta_rule_extend(p);
+  HYLA_RETURN_IF_ERROR(prefill == LinearPrefillBackend::kChunk
+                           ? kernels::gated_delta_rule_chunk(p)
+                           : kernels::gated_delta_rule_extend(p));
+  return for_each_boundary(memory, [&](int64_t, int64_t, int64_t e, int32_t slot) {
+    return kernels::copy({.x = boundary.view().select(e), .y = memory.ssm_pool.select(slot)});
+  });
 }
 
 }  // namespace hyla::model

@@ -179,6 +179,10 @@ TEST_P(EngineCudaTest, PrefixCacheHitsGiveTheTokensOfNoCache) {
   expect_prefix_cache_hits(GetParam(), Device::cuda());
 }
 
+TEST_P(EngineCudaTest, PrefixCacheStatesInsideAChunkAreSnapshots) {
+  expect_prefix_cache_boundary_snapshots(GetParam(), Device::cuda());
+}
+
 TEST_P(EngineCudaTest, PrefixCacheEvictionKeepsTokensRight) {
   expect_prefix_cache_eviction(GetParam(), Device::cuda());
 }
