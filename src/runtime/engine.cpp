@@ -42,10 +42,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
   if (cache.snapshot_interval < kPrefillAlign || cache.snapshot_interval % kPrefillAlign != 0)
     return invalid_argument("Engine: prefix_cache.snapshot_interval is ", cache.snapshot_interval,
                             ", expected a positive multiple of ", kPrefillAlign);
-  if (cache.decode_interval < 0 || cache.max_path_snapshots < 0)
+  if (cache.decode_interval < 0 || cache.max_path_snapshots < 0 || cache.host_bytes < 0)
     return invalid_argument("Engine: prefix_cache.decode_interval (", cache.decode_interval,
-                            ") and max_path_snapshots (", cache.max_path_snapshots,
-                            ") must be >= 0");
+                            "), max_path_snapshots (", cache.max_path_snapshots,
+                            ") and host_bytes (", cache.host_bytes, ") must be >= 0");
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_device());
@@ -189,7 +189,11 @@ Status Engine::init_kv_pool() {
   page_refs_.assign(size_t(plan_.kv_pages), 0);
   // The cache resumes from a state snapshot and the KV of the tokens before it: both kinds of
   // layer must be there (a model with only one kind is not a hybrid).
-  if (options_.prefix_cache.enabled && states_) cache_.emplace(options_.page_size);
+  if (options_.prefix_cache.enabled && states_) {
+    cache_.emplace(options_.page_size);
+    if (options_.prefix_cache.host_bytes > 0)
+      host_snapshots_.emplace(options_.prefix_cache.host_bytes, states_->slot_bytes());
+  }
   return ok_status();
 }
 
@@ -270,8 +274,9 @@ std::vector<int32_t> Engine::sequence(const Request& r) const {
 
 void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_t>& pages) {
   for (const int32_t slot : slots) {
-    const Status freed = states_->free(slot);
-    HYLA_CHECK(freed.ok(), "Engine: a cached snapshot's slot: ", freed.message());
+    const Status freed =
+        HostSnapshots::is_host(slot) ? host_snapshots_->erase(slot) : states_->free(slot);
+    HYLA_CHECK(freed.ok(), "Engine: a cached snapshot: ", freed.message());
   }
   drop_pages(pages);
   totals_.cache_evictions += int64_t(slots.size());
@@ -280,7 +285,29 @@ void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_
 int32_t Engine::take_slot() {
   if (states_->free_slots() == 0 && cache_) {
     std::vector<int32_t> slots, pages;
-    if (cache_->evict(false, slots, pages)) reclaim(slots, pages);
+    if (!host_snapshots_) {
+      if (cache_->evict(false, slots, pages)) reclaim(slots, pages);
+    } else if (const CacheNode node = cache_->least_recent(
+                   false, [](int32_t id) { return !HostSnapshots::is_host(id); });
+               node >= 0) {
+      // The least recently used snapshot in a slot moves to the host tier (the host tier's own
+      // least recently used ones go first when it is full), or goes when it cannot.
+      while (!host_snapshots_->has_room()) {
+        const CacheNode old = cache_->least_recent(false, HostSnapshots::is_host);
+        if (old < 0) break;
+        cache_->drop(old, slots, pages);
+      }
+      if (host_snapshots_->has_room()) {
+        const int32_t slot = cache_->snapshot(node);
+        cache_->move_snapshot(node, host_snapshots_->put(*states_, slot));
+        const Status freed = states_->free(slot);
+        HYLA_CHECK(freed.ok(), freed.message());
+        ++totals_.cache_host_moves;
+      } else {
+        cache_->drop(node, slots, pages);
+      }
+      reclaim(slots, pages);
+    }
   }
   Result<int32_t> slot = states_->allocate();
   return slot.ok() ? slot.value() : -1;
@@ -356,8 +383,11 @@ bool Engine::try_admit(Request& r) {
     }
   }
   if (states_) {
-    const Status state =
-        hit.snapshot >= 0 ? states_->copy(hit.snapshot, r.slot) : states_->zero(r.slot);
+    const Status state = hit.snapshot < 0 ? states_->zero(r.slot)
+                         : HostSnapshots::is_host(hit.snapshot)
+                             ? host_snapshots_->load(hit.snapshot, *states_, r.slot)
+                             : states_->copy(hit.snapshot, r.slot);
+    totals_.cache_host_hits += HostSnapshots::is_host(hit.snapshot);
     HYLA_CHECK(state.ok(), state.message());
   }
   unlock();
@@ -572,6 +602,12 @@ Status Engine::check_invariants() const {
       ++page_refs[size_t(page)];
     }
     for (const int32_t slot : cache_slots) {
+      if (HostSnapshots::is_host(slot)) {
+        if (!host_snapshots_ || !host_snapshots_->holds(slot))
+          return internal_error("the prefix cache names host snapshot ", slot,
+                                ", which the host tier does not hold");
+        continue;
+      }
       if (slot < 0 || slot >= num_slots || !states_->is_allocated(slot))
         return internal_error("the prefix cache holds slot ", slot, ", not an allocated slot of ",
                               num_slots);
@@ -870,8 +906,10 @@ EngineStats Engine::stats() const {
   s.free_pages = pages_ ? pages_->free_pages() : 0;
   if (cache_) {
     const RadixTreeStats tree = cache_->stats();
-    s.cache_snapshots = tree.snapshots;
-    s.cache_snapshot_bytes = tree.snapshots * states_->slot_bytes();
+    s.cache_host_snapshots = host_snapshots_ ? host_snapshots_->count() : 0;
+    s.cache_host_bytes = host_snapshots_ ? host_snapshots_->bytes() : 0;
+    s.cache_snapshots = tree.snapshots - s.cache_host_snapshots;
+    s.cache_snapshot_bytes = s.cache_snapshots * states_->slot_bytes();
     s.cache_tokens = tree.tokens;
     // Pages no request holds: the cache's alone (a request's pages count once each).
     std::vector<uint8_t> held(page_refs_.size(), 0);

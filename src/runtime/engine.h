@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "model/batch.h"
 #include "model/model.h"
+#include "runtime/cache/host_snapshots.h"
 #include "runtime/cache/radix_tree.h"
 #include "runtime/decode_graphs.h"
 #include "runtime/memory/kv_page_pool.h"
@@ -50,6 +51,10 @@ struct PrefixCacheOptions {
   int64_t decode_interval = 256;
   /// At most this many snapshots on one path from the root (0: no cap); older ones on the path go.
   int64_t max_path_snapshots = 32;
+  /// Host memory for snapshots that must leave the state pool (their slot is wanted): they move
+  /// there instead of being dropped, and a hit copies them back (runtime/cache/host_snapshots.h);
+  /// 0: no host tier.
+  int64_t host_bytes = 0;
 };
 
 struct EngineOptions {
@@ -143,8 +148,12 @@ struct EngineStats {
   int64_t cached_tokens = 0;         ///< tokens not recomputed thanks to hits
   int64_t snapshots_taken = 0;       ///< snapshots written
   int64_t cache_evictions = 0;       ///< snapshots evicted (with their nodes' KV when leaves)
-  int64_t cache_snapshots = 0;       ///< snapshots held now
+  int64_t cache_snapshots = 0;       ///< snapshots held now in state slots
   int64_t cache_snapshot_bytes = 0;  ///< their bytes
+  int64_t cache_host_snapshots = 0;  ///< snapshots held in the host tier
+  int64_t cache_host_bytes = 0;      ///< their bytes
+  int64_t cache_host_moves = 0;      ///< snapshots moved to the host tier
+  int64_t cache_host_hits = 0;       ///< hits resumed from the host tier
   int64_t cache_tokens = 0;          ///< tokens the tree lists now
   int64_t cache_pages = 0;           ///< KV pages only the cache holds now
 };
@@ -315,7 +324,8 @@ class Engine {
   /// allocated in pages_ exactly while it has one.
   std::vector<int32_t> page_refs_;
   std::optional<RadixTree> cache_;  ///< prefix cache, when enabled and the model allows
-  Tensor decode_arrivals_;          ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
+  std::optional<HostSnapshots> host_snapshots_;  ///< its host tier (PrefixCacheOptions::host_bytes)
+  Tensor decode_arrivals_;   ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
   Tensor decode_workspace_;  ///< CUDA: f32, gated_delta_rule_decode_workspace_bytes (BatchMemory)
   model::BatchMemory memory_;
   Stream stream_{};  ///< CUDA: every step runs on it (create_stream); else none

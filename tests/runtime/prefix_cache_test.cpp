@@ -24,6 +24,10 @@ TEST_P(PrefixCacheTest, StatesInsideAChunkAreSnapshots) {
   expect_prefix_cache_boundary_snapshots(GetParam(), Device::cpu());
 }
 
+TEST_P(PrefixCacheTest, HostTierRoundTripGivesTheTokensOfNoCache) {
+  expect_prefix_cache_host_tier(GetParam(), Device::cpu());
+}
+
 TEST_P(PrefixCacheTest, EvictionUnderASmallPoolKeepsTokensRight) {
   expect_prefix_cache_eviction(GetParam(), Device::cpu());
 }
@@ -49,6 +53,9 @@ TEST(PrefixCache, RandomStressKeepsTheBooks) {
   options.memory_budget_bytes = sizing->budget_bytes;
   options.state_ratio = sizing->state_ratio;
   options.prefix_cache.decode_interval = 8;  // snapshots while decoding too
+  // A host tier of a few slots' worth: snapshots move there and its own oldest go.
+  options.prefix_cache.host_bytes =
+      8 * StatePool::bytes_per_slot(g.model->config(), memory_plan_options(options).state);
   std::unique_ptr<Engine> engine = make_engine(*g.model, options);
   std::mt19937 rng(424242);
   const int32_t V = int32_t(g.model->config().vocab_size);
@@ -91,6 +98,9 @@ TEST(PrefixCache, RandomStressKeepsTheBooks) {
   const EngineStats s = engine->stats();
   EXPECT_GT(s.cache_hits, 100);
   EXPECT_GT(s.cache_evictions, 0);
+  EXPECT_GT(s.cache_host_moves, 0);
+  EXPECT_GT(s.cache_host_hits, 0);
+  EXPECT_LE(s.cache_host_snapshots, 8);
   EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);
   EXPECT_EQ(s.free_pages + s.cache_pages, engine->plan().kv_pages);
 }

@@ -172,4 +172,43 @@ inline void expect_prefix_cache_boundary_snapshots(const std::string& arch, Devi
   }
 }
 
+// A state pool of about two slots with a host tier: while other prompts run, the snapshots of the
+// first move to host memory instead of being dropped; a prompt sharing all but its last token with
+// it then resumes from the host copy, with the tokens and log-probabilities of no cache.
+inline void expect_prefix_cache_host_tier(const std::string& arch, Device device) {
+  const Golden& g = golden(arch);
+  const testing::Tolerance tolerance = logprob_tolerance(arch, device);
+  const int64_t n = 4;
+  EngineOptions options = cache_options(64, device);
+  Result<MemorySizing> sizing = size_engine_memory(g.model->config(), options, {200 + n, 200 + n});
+  ASSERT_TRUE(sizing.ok()) << sizing.status().message();
+  options.memory_budget_bytes = sizing->budget_bytes;
+  options.state_ratio = sizing->state_ratio;
+  options.prefix_cache.host_bytes = int64_t{64} << 20;
+  std::unique_ptr<Engine> cached = make_engine(model_on(g, device), options);
+  const Tokens p150 = prefix(g.a_prompt, 150);
+  run_one(*cached, p150, n);
+  for (int i = 0; i < 3; ++i) {  // other prompts: their snapshots want the slots
+    Tokens other(g.b_prompt.begin() + i, g.b_prompt.end());
+    run_one(*cached, other, n);
+  }
+  EXPECT_GT(cached->stats().cache_host_moves, 0);
+  Tokens prompt = prefix(p150, 149);
+  prompt.push_back(g.b_prompt[0]);
+  const Outcome hit = run_one(*cached, prompt, n);
+  EXPECT_EQ(hit.cached, 149);
+  EXPECT_EQ(cached->stats().cache_host_hits, 1);
+  expect_cpu_greedy_tokens(g, prompt, hit.tokens, n, device);
+  std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
+  const Outcome want = run_one(*plain, prompt, n);
+  ASSERT_EQ(hit.tokens, want.tokens);
+  ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < hit.logprobs.size(); ++i)
+    EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
+        << "log-probability " << i << " (" << tolerance.why << ")";
+  const EngineStats s = cached->stats();
+  EXPECT_EQ(s.free_slots + s.cache_snapshots, cached->plan().state_slots);
+  EXPECT_GT(s.cache_host_snapshots, 0);
+}
+
 }  // namespace hyla::runtime::engine_testing

@@ -199,14 +199,35 @@ void RadixTree::drop_snapshot(CacheNode node, std::vector<int32_t>& slots,
   prune(node, released);
 }
 
-bool RadixTree::evict(bool leaf_only, std::vector<int32_t>& slots, std::vector<int32_t>& released) {
+CacheNode RadixTree::least_recent(bool leaf_only,
+                                  const std::function<bool(int32_t)>& eligible) const {
   CacheNode best = -1;
   for (size_t i = 1; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     if (!n.alive || n.snapshot < 0 || n.locks > 0) continue;
     if (leaf_only && !n.children.empty()) continue;
+    if (eligible && !eligible(n.snapshot)) continue;
     if (best < 0 || n.used < nodes_[size_t(best)].used) best = CacheNode(i);
   }
+  return best;
+}
+
+void RadixTree::move_snapshot(CacheNode node, int32_t snapshot) {
+  HYLA_CHECK(node > 0 && size_t(node) < nodes_.size() && nodes_[size_t(node)].alive &&
+                 nodes_[size_t(node)].snapshot >= 0 && snapshot >= 0,
+             "RadixTree::move_snapshot: node ", node, " to ", snapshot);
+  nodes_[size_t(node)].snapshot = snapshot;
+}
+
+void RadixTree::drop(CacheNode node, std::vector<int32_t>& slots, std::vector<int32_t>& released) {
+  HYLA_CHECK(node > 0 && size_t(node) < nodes_.size() && nodes_[size_t(node)].alive &&
+                 nodes_[size_t(node)].snapshot >= 0 && nodes_[size_t(node)].locks == 0,
+             "RadixTree::drop: node ", node);
+  drop_snapshot(node, slots, released);
+}
+
+bool RadixTree::evict(bool leaf_only, std::vector<int32_t>& slots, std::vector<int32_t>& released) {
+  const CacheNode best = least_recent(leaf_only, nullptr);
   if (best < 0) return false;
   drop_snapshot(best, slots, released);
   return true;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -72,6 +73,13 @@ class RadixTree {
   /// Appends the freed slot to `slots` and one page per unlisted token to `released`. False when
   /// nothing could be evicted.
   bool evict(bool leaf_only, std::vector<int32_t>& slots, std::vector<int32_t>& released);
+  /// The least recently used unlocked node whose snapshot `eligible` accepts (a leaf with
+  /// `leaf_only`), -1 when none: for moving a snapshot to another tier instead of dropping it.
+  CacheNode least_recent(bool leaf_only, const std::function<bool(int32_t)>& eligible) const;
+  /// Gives a node that has a snapshot another snapshot id (the same state, moved).
+  void move_snapshot(CacheNode node, int32_t snapshot);
+  /// Drops the node's snapshot as evict() does (the node too when it is a leaf).
+  void drop(CacheNode node, std::vector<int32_t>& slots, std::vector<int32_t>& released);
   /// At most `cap` snapshots on the path to `node`: the least recently used of the others on the
   /// path (unlocked) go, as evict() does (0: no cap).
   void cap_path(CacheNode node, int64_t cap, std::vector<int32_t>& slots,

@@ -183,6 +183,10 @@ TEST_P(EngineCudaTest, PrefixCacheStatesInsideAChunkAreSnapshots) {
   expect_prefix_cache_boundary_snapshots(GetParam(), Device::cuda());
 }
 
+TEST_P(EngineCudaTest, PrefixCacheHostTierRoundTrip) {
+  expect_prefix_cache_host_tier(GetParam(), Device::cuda());
+}
+
 TEST_P(EngineCudaTest, PrefixCacheEvictionKeepsTokensRight) {
   expect_prefix_cache_eviction(GetParam(), Device::cuda());
 }
