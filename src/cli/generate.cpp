@@ -107,6 +107,7 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   engine.device = device;
   engine.allow_long_context = options.allow_long_context;
   engine.prefix_cache.enabled = options.prefix_cache == "on";
+  engine.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
   if (options.budget_mib) {
     engine.memory_budget_bytes = *options.budget_mib << 20;
     return engine;
@@ -141,7 +142,10 @@ nlohmann::json cache_json(const runtime::Engine& engine) {
           {"snapshots_taken", s.snapshots_taken},
           {"evictions", s.cache_evictions},
           {"snapshots", s.cache_snapshots},
-          {"snapshot_bytes", s.cache_snapshot_bytes}};
+          {"snapshot_bytes", s.cache_snapshot_bytes},
+          {"host_snapshots", s.cache_host_snapshots},
+          {"host_bytes", s.cache_host_bytes},
+          {"host_hits", s.cache_host_hits}};
 }
 
 /// "; prefix cache: 3 hits of 4 lookups, 420 tokens reused" (empty when it is off or unused).
@@ -502,6 +506,9 @@ Status validate(const GenerateOptions& o) {
   if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
       std::end(kDeviceNames))
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");
+  if (o.prefix_cache_host_mib < 0 || o.prefix_cache_host_mib > kMaxBudgetMib)
+    return invalid_argument("--prefix-cache-host-mib is ", o.prefix_cache_host_mib,
+                            ", expected an integer in [0, ", kMaxBudgetMib, "]");
   if (o.prefix_cache != "on" && o.prefix_cache != "off")
     return invalid_argument("--prefix-cache is '", o.prefix_cache, "', expected on or off");
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)

@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
                   "reuse the state and KV of earlier requests' common prefixes: on (default) or "
                   "off")
       ->check(CLI::IsMember({"on", "off"}));
+  gen->add_option("--prefix-cache-host-mib", generate.prefix_cache_host_mib,
+                  "host memory for prefix-cache snapshots that leave the state pool (default 0: "
+                  "none; they are dropped)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   gen->add_flag("--sequential", generate.sequential,
                 "start each prompt after the previous one has finished (later ones can reuse "
                 "earlier ones through the prefix cache)");
@@ -191,6 +195,9 @@ int main(int argc, char** argv) {
          "--prefix-cache", [&serve](const std::string& v) { serve.prefix_cache = v == "on"; },
          "reuse the state and KV of earlier requests' common prefixes: on (default) or off")
       ->check(CLI::IsMember({"on", "off"}));
+  srv->add_option("--prefix-cache-host-mib", serve.prefix_cache_host_mib,
+                  "host memory for prefix-cache snapshots that leave the state pool (default 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   srv->add_option("--port", serve.port, "port to listen on (default 8080; 0: any free port)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   srv->add_option("--device", serve.device, "cpu, cuda, or auto (default: cuda when visible)")

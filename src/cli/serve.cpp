@@ -91,6 +91,7 @@ int serve(const ServeOptions& options) {
   engine_options.device = device.value();
   engine_options.max_running = options.max_running;
   engine_options.prefix_cache.enabled = options.prefix_cache;
+  engine_options.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
   if (options.state_ratio && !options.budget_mib)
     return fail("--state-ratio splits --budget-mib: give both");

@@ -118,6 +118,11 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
         stats.cache_snapshot_bytes);
   gauge(out, "hyla_prefix_cache_kv_pages", "KV pages only the prefix cache holds.",
         stats.cache_pages);
+  gauge(out, "hyla_prefix_cache_host_snapshots", "Snapshots in the prefix cache's host tier.",
+        stats.cache_host_snapshots);
+  gauge(out, "hyla_prefix_cache_host_bytes", "Bytes of those.", stats.cache_host_bytes);
+  counter(out, "hyla_prefix_cache_host_hits_total", "Hits resumed from the host tier.",
+          stats.cache_host_hits);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
   out += str_cat(
       "# HELP hyla_preemptions_total Running requests sent back to waiting to free KV pages "
