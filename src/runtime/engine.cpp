@@ -282,14 +282,15 @@ void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_
   totals_.cache_evictions += int64_t(slots.size());
 }
 
-int32_t Engine::take_slot() {
+int32_t Engine::take_slot(bool for_weak) {
   if (states_->free_slots() == 0 && cache_) {
     std::vector<int32_t> slots, pages;
-    if (!host_snapshots_) {
-      if (cache_->evict(false, slots, pages)) reclaim(slots, pages);
-    } else if (const CacheNode node = cache_->least_recent(
-                   false, [](int32_t id) { return !HostSnapshots::is_host(id); });
-               node >= 0) {
+    const CacheNode node = cache_->least_recent(
+        false, [](int32_t id) { return !HostSnapshots::is_host(id); }, for_weak);
+    if (node >= 0 && !host_snapshots_) {
+      cache_->drop(node, slots, pages);
+      reclaim(slots, pages);
+    } else if (node >= 0) {
       // The least recently used snapshot in a slot moves to the host tier (the host tier's own
       // least recently used ones go first when it is full), or goes when it cannot.
       while (!host_snapshots_->has_room()) {
@@ -423,7 +424,7 @@ std::vector<std::vector<Engine::Boundary>> Engine::reserve_boundaries(
       if (p < s.begin + s.count && p % options_.prefix_cache.snapshot_interval == 0 &&
           p < int64_t(tokens.size())) {
         const CacheNode node = cache_->find(std::span<const int32_t>(tokens.data(), size_t(p)));
-        if (node < 0 || cache_->snapshot(node) < 0) slot = take_slot();
+        if (node < 0 || cache_->snapshot(node) < 0) slot = take_slot(/*for_weak=*/true);
       }
       batch.boundary_slots.push_back(slot);
       if (slot >= 0) {
@@ -445,7 +446,7 @@ void Engine::keep_boundaries(const Request& r, const std::vector<Boundary>& list
     std::vector<int32_t> referenced;
     Result<bool> inserted =
         finite ? cache_->insert(std::span<const int32_t>(tokens.data(), size_t(boundary.position)),
-                                r.pages, boundary.slot, referenced)
+                                r.pages, boundary.slot, referenced, /*weak=*/true)
                : Result<bool>(false);
     HYLA_CHECK(inserted.ok(), inserted.status().message());
     if (!inserted.value()) {
@@ -457,28 +458,31 @@ void Engine::keep_boundaries(const Request& r, const std::vector<Boundary>& list
   }
 }
 
-bool Engine::wants_snapshot(const Request& r) const {
+Engine::SnapshotKind Engine::wants_snapshot(const Request& r) const {
   const PrefixCacheOptions& c = options_.prefix_cache;
   const int64_t p = r.processed;
-  if (p <= 0) return false;
-  if (!r.prefill_done())
-    return p == r.prefill_len - 1 || p == r.branch || p % c.snapshot_interval == 0;
-  return c.decode_interval > 0 && p % c.decode_interval == 0;
+  if (p <= 0) return SnapshotKind::kNone;
+  if (!r.prefill_done()) {
+    if (p == r.prefill_len - 1 || p == r.branch) return SnapshotKind::kStrong;
+    return p % c.snapshot_interval == 0 ? SnapshotKind::kWeak : SnapshotKind::kNone;
+  }
+  return c.decode_interval > 0 && p % c.decode_interval == 0 ? SnapshotKind::kWeak
+                                                             : SnapshotKind::kNone;
 }
 
-void Engine::snapshot(Request& r, bool adopt) {
+void Engine::snapshot(Request& r, bool adopt, bool weak) {
   const std::vector<int32_t> all = sequence(r);
   const std::span<const int32_t> tokens(all.data(), size_t(r.processed));
   // Already cached (a hit resumed right here, or an identical request came first): keep that one.
   if (const CacheNode node = cache_->find(tokens); node >= 0 && cache_->snapshot(node) >= 0) return;
-  const int32_t slot = adopt ? r.slot : take_slot();
+  const int32_t slot = adopt ? r.slot : take_slot(weak);
   if (slot < 0) return;
   if (!adopt) {
     const Status copied = states_->copy(r.slot, slot);
     HYLA_CHECK(copied.ok(), copied.message());
   }
   std::vector<int32_t> referenced;
-  Result<bool> inserted = cache_->insert(tokens, r.pages, slot, referenced);
+  Result<bool> inserted = cache_->insert(tokens, r.pages, slot, referenced, weak);
   HYLA_CHECK(inserted.ok(), inserted.status().message());
   if (!inserted.value()) {
     if (!adopt) (void)states_->free(slot);
@@ -645,7 +649,7 @@ void Engine::release(RequestId id, FinishReason reason, std::vector<TokenEvent>&
   // Its working slot becomes the snapshot (no copy, no other slot needed).
   if (cache_ && r.admitted &&
       (reason == FinishReason::kStopToken || reason == FinishReason::kMaxTokens))
-    snapshot(r, /*adopt=*/true);
+    snapshot(r, /*adopt=*/true, /*weak=*/false);
   // Freeing what this engine allocated cannot fail; a failure is an engine bug.
   if (r.admitted && states_ && r.slot >= 0) {
     const Status freed = states_->free(r.slot);
@@ -852,7 +856,10 @@ std::vector<TokenEvent> Engine::step() {
     r.processed += scheduled[size_t(b)].count;
     // Only a state whose logits came out finite is worth resuming from.
     if (!boundaries.empty()) keep_boundaries(r, boundaries[size_t(b)], picks->bad(b) == 0);
-    if (cache_ && picks->bad(b) == 0 && wants_snapshot(r)) snapshot(r, /*adopt=*/false);
+    if (cache_ && picks->bad(b) == 0) {
+      if (const SnapshotKind kind = wants_snapshot(r); kind != SnapshotKind::kNone)
+        snapshot(r, /*adopt=*/false, kind == SnapshotKind::kWeak);
+    }
     if (!r.prefill_done()) continue;  // mid-prefill chunk: nothing to sample
 
     if (const int32_t bad = picks->bad(b); bad > 0) {

@@ -269,8 +269,10 @@ class Engine {
   bool try_admit(Request& r);
   /// The request's tokens so far: prompt, then generated.
   std::vector<int32_t> sequence(const Request& r) const;
-  /// A state slot: a free one, else one the prefix cache gives back; -1 when neither.
-  int32_t take_slot();
+  /// A state slot: a free one, else one the prefix cache gives back (its least recently used
+  /// snapshot, weak ones first; only a weak one `for_weak`, so a guess never pushes out a
+  /// snapshot that proved useful); -1 when neither.
+  int32_t take_slot(bool for_weak = false);
   /// `n` pages (one reference each), evicting cache leaves while the pool has too few; empty on
   /// failure (nothing taken).
   std::optional<std::vector<int32_t>> take_pages(int64_t n);
@@ -282,8 +284,9 @@ class Engine {
   void reclaim(const std::vector<int32_t>& slots, const std::vector<int32_t>& pages);
   /// Puts the state of `r` after its processed tokens into the prefix cache (a no-op when the
   /// cache holds that prefix's snapshot already or no slot can be had): a copy in another slot,
-  /// or with `adopt` (a request that has ended) its working slot itself (r.slot becomes -1).
-  void snapshot(Request& r, bool adopt);
+  /// or with `adopt` (a request that has ended) its working slot itself (r.slot becomes -1);
+  /// `weak`: a guess (RadixTree::insert).
+  void snapshot(Request& r, bool adopt, bool weak);
   /// A snapshot the step writes inside a prefill chunk: the state after `position` tokens.
   struct Boundary {
     int64_t position;
@@ -297,8 +300,11 @@ class Engine {
   /// After the step: the filled slots go into the cache under r's tokens (or back to the pool,
   /// when the step's logits for r were not finite or the prefix got cached meanwhile).
   void keep_boundaries(const Request& r, const std::vector<Boundary>& list, bool finite);
-  /// Whether the step that brought `r` to its processed count should leave a snapshot.
-  bool wants_snapshot(const Request& r) const;
+  /// Whether the step that brought `r` to its processed count should leave a snapshot: a strong
+  /// one where a repeat or a branch will resume (the token before the prefill's last, the branch
+  /// point), a weak one on an interval (a guess; RadixTree::insert).
+  enum class SnapshotKind { kNone, kWeak, kStrong };
+  SnapshotKind wants_snapshot(const Request& r) const;
   bool cache_on() const { return cache_.has_value(); }
   /// Frees the request's slot and pages and sends it back to waiting, to be recomputed.
   void preempt(Request& r);

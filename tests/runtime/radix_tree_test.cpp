@@ -129,6 +129,24 @@ TEST(RadixTreeTest, EvictionFollowsUseAndPrunesLeavesWithoutSnapshots) {
   expect_valid(tree);
 }
 
+// Weak snapshots (guesses on an interval) go before strong ones whatever their age; one that a
+// match used becomes strong; a weak-only request finds nothing among strong ones.
+TEST(RadixTreeTest, WeakSnapshotsGoFirstUntilAMatchUsesThem) {
+  RadixTree tree(4);
+  std::vector<int32_t> referenced, slots, released;
+  ASSERT_TRUE(tree.insert(range(1, 8), Tokens{0, 1}, 1, referenced).value());         // strong
+  ASSERT_TRUE(tree.insert(range(50, 8), Tokens{2, 3}, 2, referenced, true).value());  // weak
+  ASSERT_TRUE(tree.insert(range(90, 8), Tokens{4, 5}, 3, referenced, true).value());  // weak
+  tree.match(cat(range(50, 8), {0}), 9);  // slot 2 proves useful: strong now
+  EXPECT_EQ(tree.least_recent(false, nullptr, /*weak_only=*/true), tree.find(range(90, 8)));
+  ASSERT_TRUE(tree.evict(false, slots, released));
+  EXPECT_EQ(slots, (std::vector<int32_t>{3}));  // the newest, but the only weak one
+  EXPECT_EQ(tree.least_recent(false, nullptr, /*weak_only=*/true), -1);
+  ASSERT_TRUE(tree.evict(false, slots, released));
+  EXPECT_EQ(slots, (std::vector<int32_t>{3, 1}));  // then the least recently used
+  expect_valid(tree);
+}
+
 TEST(RadixTreeTest, PathCapDropsTheOldestSnapshotsAboveTheNode) {
   RadixTree tree(64);
   std::vector<int32_t> referenced, slots, released;

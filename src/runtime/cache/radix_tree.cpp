@@ -61,6 +61,7 @@ PrefixMatch RadixTree::match(std::span<const int32_t> tokens, int64_t limit) {
   m.tokens = hit.depth;
   m.snapshot = hit.snapshot;
   m.node = path.back();
+  nodes_[size_t(m.node)].weak = false;  // it proved useful
   ++clock_;
   for (CacheNode p : path) nodes_[size_t(p)].used = clock_;
   // Page j: the page of the path's last position in [j ps, min((j + 1) ps, m)).
@@ -116,7 +117,7 @@ CacheNode RadixTree::split(CacheNode node, int64_t keep) {
 }
 
 Result<bool> RadixTree::insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                               int32_t snapshot, std::vector<int32_t>& referenced) {
+                               int32_t snapshot, std::vector<int32_t>& referenced, bool weak) {
   if (tokens.empty()) return invalid_argument("RadixTree::insert: no tokens");
   const int64_t needed = (int64_t(tokens.size()) + page_size_ - 1) / page_size_;
   if (int64_t(pages.size()) < needed)
@@ -163,6 +164,7 @@ Result<bool> RadixTree::insert(std::span<const int32_t> tokens, std::span<const 
   Node& end = nodes_[size_t(node)];
   end.used = clock_;
   end.snapshot = snapshot;
+  end.weak = weak;
   return true;
 }
 
@@ -199,17 +201,19 @@ void RadixTree::drop_snapshot(CacheNode node, std::vector<int32_t>& slots,
   prune(node, released);
 }
 
-CacheNode RadixTree::least_recent(bool leaf_only,
-                                  const std::function<bool(int32_t)>& eligible) const {
-  CacheNode best = -1;
+CacheNode RadixTree::least_recent(bool leaf_only, const std::function<bool(int32_t)>& eligible,
+                                  bool weak_only) const {
+  CacheNode best = -1, best_weak = -1;
   for (size_t i = 1; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     if (!n.alive || n.snapshot < 0 || n.locks > 0) continue;
     if (leaf_only && !n.children.empty()) continue;
     if (eligible && !eligible(n.snapshot)) continue;
     if (best < 0 || n.used < nodes_[size_t(best)].used) best = CacheNode(i);
+    if (n.weak && (best_weak < 0 || n.used < nodes_[size_t(best_weak)].used))
+      best_weak = CacheNode(i);
   }
-  return best;
+  return best_weak >= 0 || weak_only ? best_weak : best;
 }
 
 void RadixTree::move_snapshot(CacheNode node, int32_t snapshot) {

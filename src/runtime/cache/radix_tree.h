@@ -60,22 +60,25 @@ class RadixTree {
   /// leaves the tree, and puts `snapshot` on the node ending at its end. Tokens already in the
   /// tree keep the tree's pages; each newly listed token appends its page to `referenced` (the
   /// caller adds one reference per entry). Returns false and changes nothing when that node has a
-  /// snapshot already (the caller keeps its slot). Errors: empty tokens, too few pages.
+  /// snapshot already (the caller keeps its slot). A `weak` snapshot is a guess (a position on an
+  /// interval): eviction takes weak ones first, and a match makes one strong. Errors: empty
+  /// tokens, too few pages.
   Result<bool> insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                      int32_t snapshot, std::vector<int32_t>& referenced);
+                      int32_t snapshot, std::vector<int32_t>& referenced, bool weak = false);
 
   /// Locked nodes keep their snapshot and stay (a request copying from it).
   void lock(CacheNode node);
   void unlock(CacheNode node);
 
-  /// Removes the least recently used unlocked snapshot (`leaf_only`: only a leaf's, which frees
-  /// KV). A leaf loses its node too, and so do its ancestors left as leaves without a snapshot.
-  /// Appends the freed slot to `slots` and one page per unlisted token to `released`. False when
-  /// nothing could be evicted.
+  /// Removes the least recently used unlocked snapshot, weak ones first (`leaf_only`: only a
+  /// leaf's, which frees KV). A leaf loses its node too, and so do its ancestors left as leaves
+  /// without a snapshot. Appends the freed slot to `slots` and one page per unlisted token to
+  /// `released`. False when nothing could be evicted.
   bool evict(bool leaf_only, std::vector<int32_t>& slots, std::vector<int32_t>& released);
   /// The least recently used unlocked node whose snapshot `eligible` accepts (a leaf with
-  /// `leaf_only`), -1 when none: for moving a snapshot to another tier instead of dropping it.
-  CacheNode least_recent(bool leaf_only, const std::function<bool(int32_t)>& eligible) const;
+  /// `leaf_only`), a weak one when there is one (only a weak one with `weak_only`); -1 when none.
+  CacheNode least_recent(bool leaf_only, const std::function<bool(int32_t)>& eligible,
+                         bool weak_only = false) const;
   /// Gives a node that has a snapshot another snapshot id (the same state, moved).
   void move_snapshot(CacheNode node, int32_t snapshot);
   /// Drops the node's snapshot as evict() does (the node too when it is a leaf).
@@ -102,6 +105,7 @@ class RadixTree {
     std::vector<int32_t> pages;             ///< one per edge token
     std::map<int32_t, CacheNode> children;  ///< by first token
     int32_t snapshot = -1;
+    bool weak = false;  ///< the snapshot is a guess not matched yet (see insert)
     int32_t locks = 0;
     int64_t used = 0;  ///< LRU clock of the last match / insert through it
     bool alive = false;
