@@ -42,9 +42,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
   if (cache.snapshot_interval < kPrefillAlign || cache.snapshot_interval % kPrefillAlign != 0)
     return invalid_argument("Engine: prefix_cache.snapshot_interval is ", cache.snapshot_interval,
                             ", expected a positive multiple of ", kPrefillAlign);
-  if (cache.decode_interval < 0 || cache.max_path_snapshots < 0 || cache.host_bytes < 0)
+  if (cache.decode_interval < 0 || cache.max_path_snapshots < 0 || cache.host_bytes < 0 ||
+      cache.max_path_weak_snapshots < 0)
     return invalid_argument("Engine: prefix_cache.decode_interval (", cache.decode_interval,
                             "), max_path_snapshots (", cache.max_path_snapshots,
+                            "), max_path_weak_snapshots (", cache.max_path_weak_snapshots,
                             ") and host_bytes (", cache.host_bytes, ") must be >= 0");
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
@@ -282,11 +284,11 @@ void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_
   totals_.cache_evictions += int64_t(slots.size());
 }
 
-int32_t Engine::take_slot(bool for_weak) {
+int32_t Engine::take_slot() {
   if (states_->free_slots() == 0 && cache_) {
     std::vector<int32_t> slots, pages;
-    const CacheNode node = cache_->least_recent(
-        false, [](int32_t id) { return !HostSnapshots::is_host(id); }, for_weak);
+    const CacheNode node =
+        cache_->least_recent(false, [](int32_t id) { return !HostSnapshots::is_host(id); });
     if (node >= 0 && !host_snapshots_) {
       cache_->drop(node, slots, pages);
       reclaim(slots, pages);
@@ -309,6 +311,19 @@ int32_t Engine::take_slot(bool for_weak) {
       }
       reclaim(slots, pages);
     }
+  }
+  Result<int32_t> slot = states_->allocate();
+  return slot.ok() ? slot.value() : -1;
+}
+
+int32_t Engine::take_weak_slot() {
+  if (states_->free_slots() == 0) {
+    const CacheNode node = cache_->least_recent(
+        false, [](int32_t id) { return !HostSnapshots::is_host(id); }, /*weak_only=*/true);
+    if (node < 0) return -1;
+    std::vector<int32_t> slots, pages;
+    cache_->drop(node, slots, pages);
+    reclaim(slots, pages);
   }
   Result<int32_t> slot = states_->allocate();
   return slot.ok() ? slot.value() : -1;
@@ -418,17 +433,27 @@ std::vector<std::vector<Engine::Boundary>> Engine::reserve_boundaries(
     const std::vector<int32_t> tokens = sequence(*s.request);
     // Entry j is the state after s.begin + C (j + 1) tokens; the chunk's end is not one of them
     // (wants_snapshot takes that one after the step).
-    for (int64_t j = 0; j < s.count / C; ++j) {
+    // Candidates: on the interval, inside the chunk, not cached yet. Only the deepest few are
+    // kept (thin_weak would drop the others at once), in slots that never cost a snapshot that
+    // proved useful (take_weak_slot).
+    const int64_t entries = s.count / C;
+    std::vector<int32_t> slots(size_t(entries), -1);
+    int64_t kept = 0;
+    const int64_t cap = options_.prefix_cache.max_path_weak_snapshots;
+    for (int64_t j = entries - 1; j >= 0 && (cap == 0 || kept < cap); --j) {
       const int64_t p = s.begin + C * (j + 1);
-      int32_t slot = -1;
-      if (p < s.begin + s.count && p % options_.prefix_cache.snapshot_interval == 0 &&
-          p < int64_t(tokens.size())) {
-        const CacheNode node = cache_->find(std::span<const int32_t>(tokens.data(), size_t(p)));
-        if (node < 0 || cache_->snapshot(node) < 0) slot = take_slot(/*for_weak=*/true);
-      }
-      batch.boundary_slots.push_back(slot);
-      if (slot >= 0) {
-        out[b].push_back(Boundary{p, slot});
+      if (p >= s.begin + s.count || p % options_.prefix_cache.snapshot_interval != 0) continue;
+      const CacheNode node = cache_->find(std::span<const int32_t>(tokens.data(), size_t(p)));
+      if (node >= 0 && cache_->snapshot(node) >= 0) continue;
+      const int32_t slot = take_weak_slot();
+      if (slot < 0) break;
+      slots[size_t(j)] = slot;
+      ++kept;
+    }
+    for (int64_t j = 0; j < entries; ++j) {
+      batch.boundary_slots.push_back(slots[size_t(j)]);
+      if (slots[size_t(j)] >= 0) {
+        out[b].push_back(Boundary{s.begin + C * (j + 1), slots[size_t(j)]});
         any = true;
       }
     }
@@ -456,33 +481,38 @@ void Engine::keep_boundaries(const Request& r, const std::vector<Boundary>& list
     for (const int32_t page : referenced) ++page_refs_[size_t(page)];
     ++totals_.snapshots_taken;
   }
+  // The deepest of them stands for the others on the path (thin_weak).
+  if (list.empty()) return;
+  const CacheNode node =
+      cache_->find(std::span<const int32_t>(tokens.data(), size_t(list.back().position)));
+  if (node < 0) return;
+  std::vector<int32_t> slots, released;
+  cache_->thin_weak(node, options_.prefix_cache.max_path_weak_snapshots, slots, released);
+  reclaim(slots, released);
 }
 
-Engine::SnapshotKind Engine::wants_snapshot(const Request& r) const {
+bool Engine::wants_snapshot(const Request& r) const {
   const PrefixCacheOptions& c = options_.prefix_cache;
   const int64_t p = r.processed;
-  if (p <= 0) return SnapshotKind::kNone;
-  if (!r.prefill_done()) {
-    if (p == r.prefill_len - 1 || p == r.branch) return SnapshotKind::kStrong;
-    return p % c.snapshot_interval == 0 ? SnapshotKind::kWeak : SnapshotKind::kNone;
-  }
-  return c.decode_interval > 0 && p % c.decode_interval == 0 ? SnapshotKind::kWeak
-                                                             : SnapshotKind::kNone;
+  if (p <= 0) return false;
+  if (!r.prefill_done())
+    return p == r.prefill_len - 1 || p == r.branch || p % c.snapshot_interval == 0;
+  return c.decode_interval > 0 && p % c.decode_interval == 0;
 }
 
-void Engine::snapshot(Request& r, bool adopt, bool weak) {
+void Engine::snapshot(Request& r, bool adopt) {
   const std::vector<int32_t> all = sequence(r);
   const std::span<const int32_t> tokens(all.data(), size_t(r.processed));
   // Already cached (a hit resumed right here, or an identical request came first): keep that one.
   if (const CacheNode node = cache_->find(tokens); node >= 0 && cache_->snapshot(node) >= 0) return;
-  const int32_t slot = adopt ? r.slot : take_slot(weak);
+  const int32_t slot = adopt ? r.slot : take_slot();
   if (slot < 0) return;
   if (!adopt) {
     const Status copied = states_->copy(r.slot, slot);
     HYLA_CHECK(copied.ok(), copied.message());
   }
   std::vector<int32_t> referenced;
-  Result<bool> inserted = cache_->insert(tokens, r.pages, slot, referenced, weak);
+  Result<bool> inserted = cache_->insert(tokens, r.pages, slot, referenced);
   HYLA_CHECK(inserted.ok(), inserted.status().message());
   if (!inserted.value()) {
     if (!adopt) (void)states_->free(slot);
@@ -492,7 +522,8 @@ void Engine::snapshot(Request& r, bool adopt, bool weak) {
   for (const int32_t page : referenced) ++page_refs_[size_t(page)];
   ++totals_.snapshots_taken;
   std::vector<int32_t> slots, released;
-  cache_->cap_path(cache_->find(tokens), options_.prefix_cache.max_path_snapshots, slots, released);
+  const CacheNode node = cache_->find(tokens);
+  cache_->cap_path(node, options_.prefix_cache.max_path_snapshots, slots, released);
   reclaim(slots, released);
 }
 
@@ -649,7 +680,7 @@ void Engine::release(RequestId id, FinishReason reason, std::vector<TokenEvent>&
   // Its working slot becomes the snapshot (no copy, no other slot needed).
   if (cache_ && r.admitted &&
       (reason == FinishReason::kStopToken || reason == FinishReason::kMaxTokens))
-    snapshot(r, /*adopt=*/true, /*weak=*/false);
+    snapshot(r, /*adopt=*/true);
   // Freeing what this engine allocated cannot fail; a failure is an engine bug.
   if (r.admitted && states_ && r.slot >= 0) {
     const Status freed = states_->free(r.slot);
@@ -856,10 +887,7 @@ std::vector<TokenEvent> Engine::step() {
     r.processed += scheduled[size_t(b)].count;
     // Only a state whose logits came out finite is worth resuming from.
     if (!boundaries.empty()) keep_boundaries(r, boundaries[size_t(b)], picks->bad(b) == 0);
-    if (cache_ && picks->bad(b) == 0) {
-      if (const SnapshotKind kind = wants_snapshot(r); kind != SnapshotKind::kNone)
-        snapshot(r, /*adopt=*/false, kind == SnapshotKind::kWeak);
-    }
+    if (cache_ && picks->bad(b) == 0 && wants_snapshot(r)) snapshot(r, /*adopt=*/false);
     if (!r.prefill_done()) continue;  // mid-prefill chunk: nothing to sample
 
     if (const int32_t bad = picks->bad(b); bad > 0) {

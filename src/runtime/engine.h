@@ -51,6 +51,10 @@ struct PrefixCacheOptions {
   int64_t decode_interval = 256;
   /// At most this many snapshots on one path from the root (0: no cap); older ones on the path go.
   int64_t max_path_snapshots = 32;
+  /// ... of which at most this many from inside chunks (weak in the tree until a match uses
+  /// them; the shallowest go: a deeper one on the same path resumes every prompt that passes
+  /// them), 0: no cap.
+  int64_t max_path_weak_snapshots = 4;
   /// Host memory for snapshots that must leave the state pool (their slot is wanted): they move
   /// there instead of being dropped, and a hit copies them back (runtime/cache/host_snapshots.h);
   /// 0: no host tier.
@@ -270,9 +274,11 @@ class Engine {
   /// The request's tokens so far: prompt, then generated.
   std::vector<int32_t> sequence(const Request& r) const;
   /// A state slot: a free one, else one the prefix cache gives back (its least recently used
-  /// snapshot, weak ones first; only a weak one `for_weak`, so a guess never pushes out a
-  /// snapshot that proved useful); -1 when neither.
-  int32_t take_slot(bool for_weak = false);
+  /// snapshot); -1 when neither.
+  int32_t take_slot();
+  /// For a snapshot inside a chunk (a guess, weak in the tree): a free slot, else one taken from
+  /// the least recently used weak snapshot, never from one that proved useful; -1 when neither.
+  int32_t take_weak_slot();
   /// `n` pages (one reference each), evicting cache leaves while the pool has too few; empty on
   /// failure (nothing taken).
   std::optional<std::vector<int32_t>> take_pages(int64_t n);
@@ -284,9 +290,8 @@ class Engine {
   void reclaim(const std::vector<int32_t>& slots, const std::vector<int32_t>& pages);
   /// Puts the state of `r` after its processed tokens into the prefix cache (a no-op when the
   /// cache holds that prefix's snapshot already or no slot can be had): a copy in another slot,
-  /// or with `adopt` (a request that has ended) its working slot itself (r.slot becomes -1);
-  /// `weak`: a guess (RadixTree::insert).
-  void snapshot(Request& r, bool adopt, bool weak);
+  /// or with `adopt` (a request that has ended) its working slot itself (r.slot becomes -1).
+  void snapshot(Request& r, bool adopt);
   /// A snapshot the step writes inside a prefill chunk: the state after `position` tokens.
   struct Boundary {
     int64_t position;
@@ -300,11 +305,8 @@ class Engine {
   /// After the step: the filled slots go into the cache under r's tokens (or back to the pool,
   /// when the step's logits for r were not finite or the prefix got cached meanwhile).
   void keep_boundaries(const Request& r, const std::vector<Boundary>& list, bool finite);
-  /// Whether the step that brought `r` to its processed count should leave a snapshot: a strong
-  /// one where a repeat or a branch will resume (the token before the prefill's last, the branch
-  /// point), a weak one on an interval (a guess; RadixTree::insert).
-  enum class SnapshotKind { kNone, kWeak, kStrong };
-  SnapshotKind wants_snapshot(const Request& r) const;
+  /// Whether the step that brought `r` to its processed count should leave a snapshot.
+  bool wants_snapshot(const Request& r) const;
   bool cache_on() const { return cache_.has_value(); }
   /// Frees the request's slot and pages and sends it back to waiting, to be recomputed.
   void preempt(Request& r);

@@ -129,21 +129,36 @@ TEST(RadixTreeTest, EvictionFollowsUseAndPrunesLeavesWithoutSnapshots) {
   expect_valid(tree);
 }
 
-// Weak snapshots (guesses on an interval) go before strong ones whatever their age; one that a
-// match used becomes strong; a weak-only request finds nothing among strong ones.
-TEST(RadixTreeTest, WeakSnapshotsGoFirstUntilAMatchUsesThem) {
+// A match makes a weak snapshot strong; a weak-only request finds only weak ones.
+TEST(RadixTreeTest, AMatchMakesAWeakSnapshotStrong) {
   RadixTree tree(4);
-  std::vector<int32_t> referenced, slots, released;
+  std::vector<int32_t> referenced;
   ASSERT_TRUE(tree.insert(range(1, 8), Tokens{0, 1}, 1, referenced).value());         // strong
   ASSERT_TRUE(tree.insert(range(50, 8), Tokens{2, 3}, 2, referenced, true).value());  // weak
   ASSERT_TRUE(tree.insert(range(90, 8), Tokens{4, 5}, 3, referenced, true).value());  // weak
   tree.match(cat(range(50, 8), {0}), 9);  // slot 2 proves useful: strong now
   EXPECT_EQ(tree.least_recent(false, nullptr, /*weak_only=*/true), tree.find(range(90, 8)));
+  EXPECT_EQ(tree.least_recent(false, nullptr), tree.find(range(1, 8)));  // plain LRU
+  std::vector<int32_t> slots, released;
   ASSERT_TRUE(tree.evict(false, slots, released));
-  EXPECT_EQ(slots, (std::vector<int32_t>{3}));  // the newest, but the only weak one
-  EXPECT_EQ(tree.least_recent(false, nullptr, /*weak_only=*/true), -1);
-  ASSERT_TRUE(tree.evict(false, slots, released));
-  EXPECT_EQ(slots, (std::vector<int32_t>{3, 1}));  // then the least recently used
+  EXPECT_EQ(slots, (std::vector<int32_t>{1}));
+  EXPECT_EQ(tree.least_recent(false, nullptr, /*weak_only=*/true), tree.find(range(90, 8)));
+  expect_valid(tree);
+}
+
+TEST(RadixTreeTest, ThinningKeepsTheDeepestWeakSnapshotsOfAPath) {
+  RadixTree tree(64);
+  std::vector<int32_t> referenced, slots, released;
+  Tokens path;
+  for (int32_t i = 0; i < 6; ++i) {
+    path.push_back(i);
+    // depth 3 is strong; the others weak
+    ASSERT_TRUE(tree.insert(path, Tokens{0}, 10 + i, referenced, i != 2).value());
+  }
+  tree.thin_weak(tree.find(path), 2, slots, released);
+  EXPECT_EQ(slots, (std::vector<int32_t>{10, 11, 13}));  // shallowest weak first; strong 12 stays
+  EXPECT_TRUE(released.empty());
+  EXPECT_EQ(tree.stats().snapshots, 3);
   expect_valid(tree);
 }
 

@@ -213,7 +213,7 @@ CacheNode RadixTree::least_recent(bool leaf_only, const std::function<bool(int32
     if (n.weak && (best_weak < 0 || n.used < nodes_[size_t(best_weak)].used))
       best_weak = CacheNode(i);
   }
-  return best_weak >= 0 || weak_only ? best_weak : best;
+  return weak_only ? best_weak : best;
 }
 
 void RadixTree::move_snapshot(CacheNode node, int32_t snapshot) {
@@ -242,16 +242,33 @@ void RadixTree::cap_path(CacheNode node, int64_t cap, std::vector<int32_t>& slot
   if (cap <= 0) return;
   for (;;) {
     int64_t count = 0;
-    CacheNode oldest = -1;
+    CacheNode oldest = -1, oldest_weak = -1;
     for (CacheNode p = node; p > 0; p = nodes_[size_t(p)].parent) {
       const Node& n = nodes_[size_t(p)];
       if (n.snapshot < 0) continue;
       ++count;
-      if (p != node && n.locks == 0 && (oldest < 0 || n.used < nodes_[size_t(oldest)].used))
-        oldest = p;
+      if (p == node || n.locks > 0) continue;
+      if (oldest < 0 || n.used < nodes_[size_t(oldest)].used) oldest = p;
+      if (n.weak && (oldest_weak < 0 || n.used < nodes_[size_t(oldest_weak)].used)) oldest_weak = p;
     }
+    if (oldest_weak >= 0) oldest = oldest_weak;  // guesses first
     if (count <= cap || oldest < 0) return;
     drop_snapshot(oldest, slots, released);  // an inner node: nothing is pruned
+  }
+}
+
+void RadixTree::thin_weak(CacheNode node, int64_t cap, std::vector<int32_t>& slots,
+                          std::vector<int32_t>& released) {
+  if (cap <= 0) return;
+  std::vector<CacheNode> weak;  // deepest first
+  for (CacheNode p = node; p > 0; p = nodes_[size_t(p)].parent) {
+    const Node& n = nodes_[size_t(p)];
+    if (n.snapshot >= 0 && n.weak) weak.push_back(p);
+  }
+  for (size_t i = weak.size(); i > size_t(cap); --i) {
+    const CacheNode p = weak[i - 1];
+    if (p != node && nodes_[size_t(p)].locks == 0)
+      drop_snapshot(p, slots, released);  // an inner node: nothing is pruned
   }
 }
 

@@ -61,8 +61,8 @@ class RadixTree {
   /// tree keep the tree's pages; each newly listed token appends its page to `referenced` (the
   /// caller adds one reference per entry). Returns false and changes nothing when that node has a
   /// snapshot already (the caller keeps its slot). A `weak` snapshot is a guess (a position on an
-  /// interval): eviction takes weak ones first, and a match makes one strong. Errors: empty
-  /// tokens, too few pages.
+  /// interval): thin_weak and cap_path drop weak ones first, and a match makes one strong.
+  /// Errors: empty tokens, too few pages.
   Result<bool> insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
                       int32_t snapshot, std::vector<int32_t>& referenced, bool weak = false);
 
@@ -70,13 +70,13 @@ class RadixTree {
   void lock(CacheNode node);
   void unlock(CacheNode node);
 
-  /// Removes the least recently used unlocked snapshot, weak ones first (`leaf_only`: only a
-  /// leaf's, which frees KV). A leaf loses its node too, and so do its ancestors left as leaves
+  /// Removes the least recently used unlocked snapshot (`leaf_only`: only a leaf's, which frees
+  /// KV). A leaf loses its node too, and so do its ancestors left as leaves
   /// without a snapshot. Appends the freed slot to `slots` and one page per unlisted token to
   /// `released`. False when nothing could be evicted.
   bool evict(bool leaf_only, std::vector<int32_t>& slots, std::vector<int32_t>& released);
   /// The least recently used unlocked node whose snapshot `eligible` accepts (a leaf with
-  /// `leaf_only`), a weak one when there is one (only a weak one with `weak_only`); -1 when none.
+  /// `leaf_only`; only a weak one with `weak_only`), -1 when none.
   CacheNode least_recent(bool leaf_only, const std::function<bool(int32_t)>& eligible,
                          bool weak_only = false) const;
   /// Gives a node that has a snapshot another snapshot id (the same state, moved).
@@ -84,9 +84,13 @@ class RadixTree {
   /// Drops the node's snapshot as evict() does (the node too when it is a leaf).
   void drop(CacheNode node, std::vector<int32_t>& slots, std::vector<int32_t>& released);
   /// At most `cap` snapshots on the path to `node`: the least recently used of the others on the
-  /// path (unlocked) go, as evict() does (0: no cap).
+  /// path (unlocked, weak ones first) go, as evict() does (0: no cap).
   void cap_path(CacheNode node, int64_t cap, std::vector<int32_t>& slots,
                 std::vector<int32_t>& released);
+  /// At most `cap` weak snapshots on the path to `node` (its own included): the shallowest others
+  /// go (a deeper one resumes every prompt that passes them), as evict() does (0: no cap).
+  void thin_weak(CacheNode node, int64_t cap, std::vector<int32_t>& slots,
+                 std::vector<int32_t>& released);
   /// Everything (unlocked or not: only when no request runs), as evict() reports it.
   void clear(std::vector<int32_t>& slots, std::vector<int32_t>& released);
 
