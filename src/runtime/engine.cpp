@@ -430,13 +430,14 @@ std::vector<std::vector<Engine::Boundary>> Engine::reserve_boundaries(
   bool any = false;
   for (size_t b = 0; b < scheduled.size(); ++b) {
     const Scheduled& s = scheduled[b];
+    const int64_t entries = s.count / C;
+    if (entries == 0) continue;
     const std::vector<int32_t> tokens = sequence(*s.request);
     // Entry j is the state after s.begin + C (j + 1) tokens; the chunk's end is not one of them
     // (wants_snapshot takes that one after the step).
     // Candidates: on the interval, inside the chunk, not cached yet. Only the deepest few are
     // kept (thin_weak would drop the others at once), in slots that never cost a snapshot that
     // proved useful (take_weak_slot).
-    const int64_t entries = s.count / C;
     std::vector<int32_t> slots(size_t(entries), -1);
     int64_t kept = 0;
     const int64_t cap = options_.prefix_cache.max_path_weak_snapshots;

@@ -307,7 +307,6 @@ class Engine {
   void keep_boundaries(const Request& r, const std::vector<Boundary>& list, bool finite);
   /// Whether the step that brought `r` to its processed count should leave a snapshot.
   bool wants_snapshot(const Request& r) const;
-  bool cache_on() const { return cache_.has_value(); }
   /// Frees the request's slot and pages and sends it back to waiting, to be recomputed.
   void preempt(Request& r);
   /// Gives every decoding request the page its next token needs, preempting the most recently

@@ -58,6 +58,24 @@ inline EngineOptions cache_options(int64_t budget_tokens, Device device = Device
   return o;
 }
 
+/// `hit` (greedy tokens and log-probabilities of `prompt` through the cache) against a fresh
+/// engine without it on `device`: its tokens are the CPU's greedy tokens and the no-cache
+/// engine's, and the log-probabilities agree within `tolerance`.
+inline void expect_as_without_cache(const Golden& g, Device device, const Tokens& prompt,
+                                    const Outcome& hit, int64_t n,
+                                    const testing::Tolerance& tolerance) {
+  expect_cpu_greedy_tokens(g, prompt, hit.tokens, n, device);
+  std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
+  const Outcome want = run_one(*plain, prompt, n);
+  EXPECT_EQ(want.cached, 0);
+  EXPECT_EQ(hit.tokens, want.tokens);
+  if (hit.tokens != want.tokens) return;
+  ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < hit.logprobs.size(); ++i)
+    EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
+        << "log-probability " << i << " (" << tolerance.why << ")";
+}
+
 // Request after request on one engine with the cache, each against the same prompt on a fresh
 // engine without it: same tokens (those of greedy_generate) and log-probabilities, and the hit
 // where the cache should have one.
@@ -96,16 +114,7 @@ inline void expect_prefix_cache_hits(const std::string& arch, Device device) {
     SCOPED_TRACE(c.name);
     const Outcome hit = run_one(*cached, c.prompt, n);
     EXPECT_EQ(hit.cached, c.want_cached);
-    expect_cpu_greedy_tokens(g, c.prompt, hit.tokens, n, device);
-    std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
-    const Outcome want = run_one(*plain, c.prompt, n);
-    EXPECT_EQ(want.cached, 0);
-    EXPECT_EQ(hit.tokens, want.tokens);
-    if (hit.tokens != want.tokens) continue;
-    ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
-    for (size_t i = 0; i < hit.logprobs.size(); ++i)
-      EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
-          << "log-probability " << i << " (" << tolerance.why << ")";
+    expect_as_without_cache(g, device, c.prompt, hit, n, tolerance);
   }
   const EngineStats s = cached->stats();
   EXPECT_EQ(s.cache_hits, int64_t(cases.size()));
@@ -160,15 +169,7 @@ inline void expect_prefix_cache_boundary_snapshots(const std::string& arch, Devi
     SCOPED_TRACE("sharing " + std::to_string(length) + " tokens");
     const Outcome hit = run_one(*cached, prompt, n);
     EXPECT_EQ(hit.cached, want_cached);
-    expect_cpu_greedy_tokens(g, prompt, hit.tokens, n, device);
-    std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
-    const Outcome want = run_one(*plain, prompt, n);
-    EXPECT_EQ(hit.tokens, want.tokens);
-    if (hit.tokens != want.tokens) continue;
-    ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
-    for (size_t i = 0; i < hit.logprobs.size(); ++i)
-      EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
-          << "log-probability " << i << " (" << tolerance.why << ")";
+    expect_as_without_cache(g, device, prompt, hit, n, tolerance);
   }
 }
 
@@ -198,14 +199,7 @@ inline void expect_prefix_cache_host_tier(const std::string& arch, Device device
   const Outcome hit = run_one(*cached, prompt, n);
   EXPECT_EQ(hit.cached, 149);
   EXPECT_EQ(cached->stats().cache_host_hits, 1);
-  expect_cpu_greedy_tokens(g, prompt, hit.tokens, n, device);
-  std::unique_ptr<Engine> plain = make_engine(model_on(g, device), test_options(device));
-  const Outcome want = run_one(*plain, prompt, n);
-  ASSERT_EQ(hit.tokens, want.tokens);
-  ASSERT_EQ(hit.logprobs.size(), want.logprobs.size());
-  for (size_t i = 0; i < hit.logprobs.size(); ++i)
-    EXPECT_NEAR(hit.logprobs[i], want.logprobs[i], tolerance.atol)
-        << "log-probability " << i << " (" << tolerance.why << ")";
+  expect_as_without_cache(g, device, prompt, hit, n, tolerance);
   const EngineStats s = cached->stats();
   EXPECT_EQ(s.free_slots + s.cache_snapshots, cached->plan().state_slots);
   EXPECT_GT(s.cache_host_snapshots, 0);

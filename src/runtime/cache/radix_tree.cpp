@@ -272,18 +272,6 @@ void RadixTree::thin_weak(CacheNode node, int64_t cap, std::vector<int32_t>& slo
   }
 }
 
-void RadixTree::clear(std::vector<int32_t>& slots, std::vector<int32_t>& released) {
-  for (size_t i = 1; i < nodes_.size(); ++i) {
-    Node& n = nodes_[i];
-    if (!n.alive) continue;
-    if (n.snapshot >= 0) slots.push_back(n.snapshot);
-    released.insert(released.end(), n.pages.begin(), n.pages.end());
-    n = Node{};
-    free_nodes_.push_back(CacheNode(i));
-  }
-  nodes_[0].children.clear();
-}
-
 RadixTreeStats RadixTree::stats() const {
   RadixTreeStats s;
   for (size_t i = 1; i < nodes_.size(); ++i) {

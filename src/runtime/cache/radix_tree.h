@@ -91,8 +91,6 @@ class RadixTree {
   /// go (a deeper one resumes every prompt that passes them), as evict() does (0: no cap).
   void thin_weak(CacheNode node, int64_t cap, std::vector<int32_t>& slots,
                  std::vector<int32_t>& released);
-  /// Everything (unlocked or not: only when no request runs), as evict() reports it.
-  void clear(std::vector<int32_t>& slots, std::vector<int32_t>& released);
 
   RadixTreeStats stats() const;
   /// Every snapshot slot and every listed page (one entry per token), for the owner's checks.
