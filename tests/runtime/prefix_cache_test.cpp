@@ -5,6 +5,7 @@
 // evictions; and thousands of random requests under a small pool keep the books straight.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "prefix_cache_testing.h"
@@ -36,6 +37,31 @@ INSTANTIATE_TEST_SUITE_P(Golden, PrefixCacheTest, ::testing::ValuesIn(golden_arc
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            return param.param;
                          });
+
+// Out-of-range cache options are refused at creation, naming the option.
+TEST(PrefixCache, BadOptionsAreRefused) {
+  const Golden& g = golden("qwen3_next");
+  const auto refused = [&](const std::function<void(PrefixCacheOptions&)>& set) {
+    EngineOptions options = cache_options(64);
+    set(options.prefix_cache);
+    Result<std::unique_ptr<Engine>> engine = Engine::create(*g.model, options);
+    return engine.ok() ? std::string("created") : engine.status().message();
+  };
+  EXPECT_NE(refused([](PrefixCacheOptions& c) {
+              c.snapshot_interval = 65;
+            }).find("snapshot_interval is 65, expected a positive multiple of 64"),
+            std::string::npos);
+  EXPECT_NE(refused([](PrefixCacheOptions& c) {
+              c.snapshot_interval = 0;
+            }).find("snapshot_interval is 0"),
+            std::string::npos);
+  for (const auto& set : std::vector<std::function<void(PrefixCacheOptions&)>>{
+           [](PrefixCacheOptions& c) { c.decode_interval = -1; },
+           [](PrefixCacheOptions& c) { c.max_path_snapshots = -1; },
+           [](PrefixCacheOptions& c) { c.max_path_weak_snapshots = -1; },
+           [](PrefixCacheOptions& c) { c.host_bytes = -1; }})
+    EXPECT_NE(refused(set).find("must be >= 0"), std::string::npos);
+}
 
 // Thousands of requests with shared prefixes, random lengths and cancels, a small pool, many at
 // once: the engine's and the tree's books hold after every step (no slot or page held twice, refs
