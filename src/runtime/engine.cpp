@@ -43,11 +43,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
     return invalid_argument("Engine: prefix_cache.snapshot_interval is ", cache.snapshot_interval,
                             ", expected a positive multiple of ", kPrefillAlign);
   if (cache.decode_interval < 0 || cache.max_path_snapshots < 0 || cache.host_bytes < 0 ||
-      cache.max_path_weak_snapshots < 0)
+      cache.max_path_weak_snapshots < 0 || cache.device_tier_bytes < 0)
     return invalid_argument("Engine: prefix_cache.decode_interval (", cache.decode_interval,
                             "), max_path_snapshots (", cache.max_path_snapshots,
                             "), max_path_weak_snapshots (", cache.max_path_weak_snapshots,
-                            ") and host_bytes (", cache.host_bytes, ") must be >= 0");
+                            "), device_tier_bytes (", cache.device_tier_bytes, ") and host_bytes (",
+                            cache.host_bytes, ") must be >= 0");
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_device());
@@ -147,8 +148,8 @@ Status Engine::init_memory_plan() {
                                            options_.state_ratio, memory_plan_options(options_)));
   // What the pools and the step scratch will take, against what the device can give, before any
   // of it is allocated (an allocation beyond it fails or swaps, late and without a reason).
-  const int64_t needed =
-      plan_.scratch_bytes + plan_.state_bytes() + plan_.kv_bytes() + decode_scratch_bytes();
+  const int64_t needed = plan_.scratch_bytes + plan_.state_bytes() + plan_.kv_bytes() +
+                         decode_scratch_bytes() + options_.prefix_cache.device_tier_bytes;
   int64_t limit = options_.memory_limit_bytes;
   std::string against;  // what the limit is, for the message
   if (limit > 0) {
@@ -193,8 +194,15 @@ Status Engine::init_kv_pool() {
   // layer must be there (a model with only one kind is not a hybrid).
   if (options_.prefix_cache.enabled && states_) {
     cache_.emplace(options_.page_size);
-    if (options_.prefix_cache.host_bytes > 0)
-      host_snapshots_.emplace(options_.prefix_cache.host_bytes, states_->slot_bytes());
+    const PrefixCacheOptions& c = options_.prefix_cache;
+    if (c.device_tier_bytes > 0 || c.host_bytes > 0) {
+      HYLA_ASSIGN_OR_RETURN(
+          SnapshotTiers tiers,
+          SnapshotTiers::create(*states_,
+                                c.int8_snapshots ? SnapshotFormat::kInt8 : SnapshotFormat::kNative,
+                                c.device_tier_bytes, c.host_bytes));
+      tiers_.emplace(std::move(tiers));
+    }
   }
   return ok_status();
 }
@@ -276,8 +284,7 @@ std::vector<int32_t> Engine::sequence(const Request& r) const {
 
 void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_t>& pages) {
   for (const int32_t slot : slots) {
-    const Status freed =
-        HostSnapshots::is_host(slot) ? host_snapshots_->erase(slot) : states_->free(slot);
+    const Status freed = SnapshotTiers::is_tiered(slot) ? tiers_->erase(slot) : states_->free(slot);
     HYLA_CHECK(freed.ok(), "Engine: a cached snapshot: ", freed.message());
   }
   drop_pages(pages);
@@ -286,29 +293,19 @@ void Engine::reclaim(const std::vector<int32_t>& slots, const std::vector<int32_
 
 int32_t Engine::take_slot() {
   if (states_->free_slots() == 0 && cache_) {
-    std::vector<int32_t> slots, pages;
+    // The least recently used snapshot in a slot moves to the first tier (making room there as
+    // make_tier_room does), or goes when there is none or no room can be made.
     const CacheNode node =
-        cache_->least_recent(false, [](int32_t id) { return !HostSnapshots::is_host(id); });
-    if (node >= 0 && !host_snapshots_) {
-      cache_->drop(node, slots, pages);
-      reclaim(slots, pages);
+        cache_->least_recent(false, [](int32_t id) { return !SnapshotTiers::is_tiered(id); });
+    if (node >= 0 && tiers_ && make_tier_room(0)) {
+      const int32_t slot = cache_->snapshot(node);
+      cache_->move_snapshot(node, tiers_->put(0, *states_, slot));
+      const Status freed = states_->free(slot);
+      HYLA_CHECK(freed.ok(), freed.message());
+      ++(tiers_->is_host_tier(0) ? totals_.cache_host_moves : totals_.cache_device_tier_moves);
     } else if (node >= 0) {
-      // The least recently used snapshot in a slot moves to the host tier (the host tier's own
-      // least recently used ones go first when it is full), or goes when it cannot.
-      while (!host_snapshots_->has_room()) {
-        const CacheNode old = cache_->least_recent(false, HostSnapshots::is_host);
-        if (old < 0) break;
-        cache_->drop(old, slots, pages);
-      }
-      if (host_snapshots_->has_room()) {
-        const int32_t slot = cache_->snapshot(node);
-        cache_->move_snapshot(node, host_snapshots_->put(*states_, slot));
-        const Status freed = states_->free(slot);
-        HYLA_CHECK(freed.ok(), freed.message());
-        ++totals_.cache_host_moves;
-      } else {
-        cache_->drop(node, slots, pages);
-      }
+      std::vector<int32_t> slots, pages;
+      cache_->drop(node, slots, pages);
       reclaim(slots, pages);
     }
   }
@@ -316,10 +313,27 @@ int32_t Engine::take_slot() {
   return slot.ok() ? slot.value() : -1;
 }
 
+bool Engine::make_tier_room(int tier) {
+  while (!tiers_->has_room(tier)) {
+    const CacheNode old =
+        cache_->least_recent(false, [&](int32_t id) { return tiers_->tier_of(id) == tier; });
+    if (old < 0) return false;  // every entry is locked
+    if (tier + 1 < tiers_->count() && make_tier_room(tier + 1)) {
+      cache_->move_snapshot(old, tiers_->move(cache_->snapshot(old), tier + 1));
+      ++totals_.cache_host_moves;  // only the host tier comes after another
+    } else {
+      std::vector<int32_t> slots, pages;
+      cache_->drop(old, slots, pages);
+      reclaim(slots, pages);
+    }
+  }
+  return true;
+}
+
 int32_t Engine::take_weak_slot() {
   if (states_->free_slots() == 0) {
     const CacheNode node = cache_->least_recent(
-        false, [](int32_t id) { return !HostSnapshots::is_host(id); }, /*weak_only=*/true);
+        false, [](int32_t id) { return !SnapshotTiers::is_tiered(id); }, /*weak_only=*/true);
     if (node < 0) return -1;
     std::vector<int32_t> slots, pages;
     cache_->drop(node, slots, pages);
@@ -399,11 +413,12 @@ bool Engine::try_admit(Request& r) {
     }
   }
   if (states_) {
+    const int tier = SnapshotTiers::is_tiered(hit.snapshot) ? tiers_->tier_of(hit.snapshot) : -1;
     const Status state = hit.snapshot < 0 ? states_->zero(r.slot)
-                         : HostSnapshots::is_host(hit.snapshot)
-                             ? host_snapshots_->load(hit.snapshot, *states_, r.slot)
-                             : states_->copy(hit.snapshot, r.slot);
-    totals_.cache_host_hits += HostSnapshots::is_host(hit.snapshot);
+                         : tier >= 0      ? tiers_->load(hit.snapshot, *states_, r.slot)
+                                          : states_->copy(hit.snapshot, r.slot);
+    if (tier >= 0)
+      ++(tiers_->is_host_tier(tier) ? totals_.cache_host_hits : totals_.cache_device_tier_hits);
     HYLA_CHECK(state.ok(), state.message());
   }
   unlock();
@@ -638,10 +653,10 @@ Status Engine::check_invariants() const {
       ++page_refs[size_t(page)];
     }
     for (const int32_t slot : cache_slots) {
-      if (HostSnapshots::is_host(slot)) {
-        if (!host_snapshots_ || !host_snapshots_->holds(slot))
-          return internal_error("the prefix cache names host snapshot ", slot,
-                                ", which the host tier does not hold");
+      if (SnapshotTiers::is_tiered(slot)) {
+        if (!tiers_ || tiers_->tier_of(slot) < 0)
+          return internal_error("the prefix cache names tier snapshot ", slot,
+                                ", which no tier holds");
         continue;
       }
       if (slot < 0 || slot >= num_slots || !states_->is_allocated(slot))
@@ -942,9 +957,12 @@ EngineStats Engine::stats() const {
   s.free_pages = pages_ ? pages_->free_pages() : 0;
   if (cache_) {
     const RadixTreeStats tree = cache_->stats();
-    s.cache_host_snapshots = host_snapshots_ ? host_snapshots_->count() : 0;
-    s.cache_host_bytes = host_snapshots_ ? host_snapshots_->bytes() : 0;
-    s.cache_snapshots = tree.snapshots - s.cache_host_snapshots;
+    for (int t = 0; tiers_ && t < tiers_->count(); ++t) {
+      const bool host = tiers_->is_host_tier(t);
+      (host ? s.cache_host_snapshots : s.cache_device_tier_snapshots) = tiers_->entries(t);
+      (host ? s.cache_host_bytes : s.cache_device_tier_bytes) = tiers_->bytes(t);
+    }
+    s.cache_snapshots = tree.snapshots - s.cache_host_snapshots - s.cache_device_tier_snapshots;
     s.cache_snapshot_bytes = s.cache_snapshots * states_->slot_bytes();
     s.cache_tokens = tree.tokens;
     // Pages no request holds: the cache's alone (a request's pages count once each).

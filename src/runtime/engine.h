@@ -25,8 +25,8 @@
 #include "core/error.h"
 #include "model/batch.h"
 #include "model/model.h"
-#include "runtime/cache/host_snapshots.h"
 #include "runtime/cache/radix_tree.h"
+#include "runtime/cache/snapshot_tiers.h"
 #include "runtime/decode_graphs.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/memory/memory_plan.h"
@@ -55,10 +55,16 @@ struct PrefixCacheOptions {
   /// them; the shallowest go: a deeper one on the same path resumes every prompt that passes
   /// them), 0: no cap.
   int64_t max_path_weak_snapshots = 4;
-  /// Host memory for snapshots that must leave the state pool (their slot is wanted): they move
-  /// there instead of being dropped, and a hit copies them back (runtime/cache/host_snapshots.h);
-  /// 0: no host tier.
+  /// Snapshots that must leave the state pool (their slot is wanted) move to these tiers instead
+  /// of being dropped, and a hit copies them back (runtime/cache/snapshot_tiers.h): first
+  /// `device_tier_bytes` on the engine's device (int8 only; taken on top of the memory budget),
+  /// then `host_bytes` of host memory; 0: no such tier.
+  int64_t device_tier_bytes = 0;
   int64_t host_bytes = 0;
+  /// The tiers hold int8 snapshots: each SSM state row of d_k with one fp32 scale (at most
+  /// max |row| / 254 off per element, kernels/int8_rows.h), conv windows in their dtype; about a
+  /// quarter of an f32 slot. Snapshots in the state pool stay exact.
+  bool int8_snapshots = false;
 };
 
 struct EngineOptions {
@@ -158,8 +164,12 @@ struct EngineStats {
   int64_t cache_host_bytes = 0;      ///< their bytes
   int64_t cache_host_moves = 0;      ///< snapshots moved to the host tier
   int64_t cache_host_hits = 0;       ///< hits resumed from the host tier
-  int64_t cache_tokens = 0;          ///< tokens the tree lists now
-  int64_t cache_pages = 0;           ///< KV pages only the cache holds now
+  int64_t cache_device_tier_snapshots = 0;  ///< snapshots held in the device tier (int8)
+  int64_t cache_device_tier_bytes = 0;      ///< their bytes
+  int64_t cache_device_tier_moves = 0;      ///< snapshots moved to the device tier
+  int64_t cache_device_tier_hits = 0;       ///< hits resumed from the device tier
+  int64_t cache_tokens = 0;                 ///< tokens the tree lists now
+  int64_t cache_pages = 0;                  ///< KV pages only the cache holds now
 };
 
 /// Owns the pools of one model and schedules requests over them, FCFS. Not thread-safe: one
@@ -274,8 +284,11 @@ class Engine {
   /// The request's tokens so far: prompt, then generated.
   std::vector<int32_t> sequence(const Request& r) const;
   /// A state slot: a free one, else one the prefix cache gives back (its least recently used
-  /// snapshot); -1 when neither.
+  /// snapshot moves to the tiers or goes); -1 when neither.
   int32_t take_slot();
+  /// Room for one entry in tier `tier`: its least recently used entries move to the next tier
+  /// (which makes room the same way) or go. False when every entry there is locked.
+  bool make_tier_room(int tier);
   /// For a snapshot inside a chunk (a guess, weak in the tree): a free slot, else one taken from
   /// the least recently used weak snapshot, never from one that proved useful; -1 when neither.
   int32_t take_weak_slot();
@@ -331,7 +344,8 @@ class Engine {
   /// allocated in pages_ exactly while it has one.
   std::vector<int32_t> page_refs_;
   std::optional<RadixTree> cache_;  ///< prefix cache, when enabled and the model allows
-  std::optional<HostSnapshots> host_snapshots_;  ///< its host tier (PrefixCacheOptions::host_bytes)
+  /// Its tiers beyond the pool (PrefixCacheOptions::device_tier_bytes / host_bytes), if any.
+  std::optional<SnapshotTiers> tiers_;
   Tensor decode_arrivals_;   ///< CUDA: [max_step_sequences, H] i32 zeros (BatchMemory)
   Tensor decode_workspace_;  ///< CUDA: f32, gated_delta_rule_decode_workspace_bytes (BatchMemory)
   model::BatchMemory memory_;

@@ -25,8 +25,9 @@ TEST_P(PrefixCacheTest, StatesInsideAChunkAreSnapshots) {
   expect_prefix_cache_boundary_snapshots(GetParam(), Device::cpu());
 }
 
-TEST_P(PrefixCacheTest, HostTierRoundTripGivesTheTokensOfNoCache) {
-  expect_prefix_cache_host_tier(GetParam(), Device::cpu());
+TEST_P(PrefixCacheTest, TierRoundTripsGiveTheTokensOfNoCache) {
+  for (const TierSetup& setup : kTierSetups)
+    expect_prefix_cache_tier_round_trip(GetParam(), Device::cpu(), setup);
 }
 
 TEST_P(PrefixCacheTest, EvictionUnderASmallPoolKeepsTokensRight) {
@@ -59,8 +60,18 @@ TEST(PrefixCache, BadOptionsAreRefused) {
            [](PrefixCacheOptions& c) { c.decode_interval = -1; },
            [](PrefixCacheOptions& c) { c.max_path_snapshots = -1; },
            [](PrefixCacheOptions& c) { c.max_path_weak_snapshots = -1; },
-           [](PrefixCacheOptions& c) { c.host_bytes = -1; }})
+           [](PrefixCacheOptions& c) { c.host_bytes = -1; },
+           [](PrefixCacheOptions& c) { c.device_tier_bytes = -1; }})
     EXPECT_NE(refused(set).find("must be >= 0"), std::string::npos);
+  EXPECT_NE(refused([](PrefixCacheOptions& c) {
+              c.device_tier_bytes = 1 << 20;
+            }).find("holds int8 snapshots only"),
+            std::string::npos);
+  EXPECT_NE(refused([](PrefixCacheOptions& c) {
+              c.int8_snapshots = true;
+              c.device_tier_bytes = 1000;
+            }).find("device_tier_bytes is 1000 bytes, less than one snapshot"),
+            std::string::npos);
 }
 
 // Thousands of requests with shared prefixes, random lengths and cancels, a small pool, many at
@@ -79,9 +90,13 @@ TEST(PrefixCache, RandomStressKeepsTheBooks) {
   options.memory_budget_bytes = sizing->budget_bytes;
   options.state_ratio = sizing->state_ratio;
   options.prefix_cache.decode_interval = 8;  // snapshots while decoding too
-  // A host tier of a few slots' worth: snapshots move there and its own oldest go.
-  options.prefix_cache.host_bytes =
-      8 * StatePool::bytes_per_slot(g.model->config(), memory_plan_options(options).state);
+  // int8 tiers of a few slots' worth: snapshots move to the device tier, its oldest on to the
+  // host tier, and the host tier's own oldest go.
+  options.prefix_cache.int8_snapshots = true;
+  const int64_t slot_bytes =
+      StatePool::bytes_per_slot(g.model->config(), memory_plan_options(options).state);
+  options.prefix_cache.device_tier_bytes = slot_bytes;  // about 3 int8 entries
+  options.prefix_cache.host_bytes = 2 * slot_bytes;     // about 6
   std::unique_ptr<Engine> engine = make_engine(*g.model, options);
   std::mt19937 rng(424242);
   const int32_t V = int32_t(g.model->config().vocab_size);
@@ -124,9 +139,11 @@ TEST(PrefixCache, RandomStressKeepsTheBooks) {
   const EngineStats s = engine->stats();
   EXPECT_GT(s.cache_hits, 100);
   EXPECT_GT(s.cache_evictions, 0);
+  EXPECT_GT(s.cache_device_tier_moves, 0);
+  EXPECT_GT(s.cache_device_tier_hits, 0);
   EXPECT_GT(s.cache_host_moves, 0);
   EXPECT_GT(s.cache_host_hits, 0);
-  EXPECT_LE(s.cache_host_snapshots, 8);
+  EXPECT_GT(s.cache_host_snapshots, 0);
   EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);
   EXPECT_EQ(s.free_pages + s.cache_pages, engine->plan().kv_pages);
 }

@@ -183,8 +183,9 @@ TEST_P(EngineCudaTest, PrefixCacheStatesInsideAChunkAreSnapshots) {
   expect_prefix_cache_boundary_snapshots(GetParam(), Device::cuda());
 }
 
-TEST_P(EngineCudaTest, PrefixCacheHostTierRoundTrip) {
-  expect_prefix_cache_host_tier(GetParam(), Device::cuda());
+TEST_P(EngineCudaTest, PrefixCacheTierRoundTrips) {
+  for (const TierSetup& setup : kTierSetups)
+    expect_prefix_cache_tier_round_trip(GetParam(), Device::cuda(), setup);
 }
 
 TEST_P(EngineCudaTest, PrefixCacheEvictionKeepsTokensRight) {
