@@ -21,8 +21,32 @@ constexpr uint32_t kWorkloadSeed = 7;
 constexpr int64_t kSystemTokens = 1024, kConversations = 8, kTurns = 4, kUserTokens = 96;
 constexpr int64_t kDocuments = 4, kDocumentTokens = 2048, kQuestions = 3, kQuestionTokens = 64;
 
+/// One run's cache settings.
+struct Setup {
+  const char* name;  ///< the table's label; the JSON row is prefix_workload_<json>
+  const char* json;
+  bool cache;
+  /// A state pool for the running wave and a few snapshots only (the KV pool stays the size of
+  /// the others'), so that snapshots must leave the pool.
+  bool tight;
+  /// Snapshots that leave the pool go to an int8 device tier, sized at a quarter of the bytes the
+  /// pool lost (about as many int8 entries as the slots it had).
+  bool int8_tier;
+};
+
+constexpr Setup kSetups[] = {
+    {"off", "cache_off", false, false, false},
+    {"on", "cache_on", true, false, false},
+    {"on, tight pool", "cache_tight", true, true, false},
+    {"on, tight pool + int8 device tier", "cache_tight_int8", true, true, true},
+};
+
+/// Spare slots of a tight pool beyond the running wave's.
+constexpr int64_t kTightSpareSlots = 2;
+
 struct Figures {
   int64_t requests = 0, prompt_tokens = 0, reused = 0, computed = 0;
+  int64_t state_bytes = 0;   ///< the state pool's and the device tier's
   std::vector<double> ttft;  ///< seconds, per request
   double seconds = 0;
 };
@@ -74,12 +98,12 @@ class Workload {
 };
 
 Result<Figures> run_workload(const model::Model& model, Device device, const BenchOptions& o,
-                             bool cache) {
+                             const Setup& setup) {
   runtime::EngineOptions options;
   options.device = device;
   options.max_batch_tokens = o.step_tokens;
   options.allow_long_context = true;  // random ids: the model's context limit says nothing here
-  options.prefix_cache.enabled = cache;
+  options.prefix_cache.enabled = setup.cache;
   // Room for the largest wave at once, twice over (the cache keeps what the running half leaves).
   const int64_t longest_chat = kSystemTokens + kTurns * (kUserTokens + o.new_tokens);
   std::vector<int64_t> tokens(size_t(2 * kConversations), longest_chat);
@@ -93,6 +117,22 @@ Result<Figures> run_workload(const model::Model& model, Device device, const Ben
   options.max_running = kConversations;
   options.memory_budget_bytes = sizing.budget_bytes;
   options.state_ratio = sizing.state_ratio;
+  if (setup.tight) {
+    // The same KV bytes; state for the wave and a few spare slots (a quarter slot of slack, as
+    // size_memory leaves).
+    HYLA_ASSIGN_OR_RETURN(
+        const runtime::MemoryPlan full,
+        runtime::plan_memory(model.config(), sizing.budget_bytes, sizing.state_ratio,
+                             runtime::memory_plan_options(options)));
+    const int64_t slots = kConversations + kTightSpareSlots;
+    const int64_t state = slots * full.bytes_per_slot + full.bytes_per_slot / 4;
+    options.memory_budget_bytes = full.scratch_bytes + state + full.kv_bytes();
+    options.state_ratio = double(state) / double(full.kv_bytes());
+    if (setup.int8_tier) {
+      options.prefix_cache.int8_snapshots = true;
+      options.prefix_cache.device_tier_bytes = (full.state_slots - slots) * full.bytes_per_slot / 4;
+    }
+  }
   HYLA_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine,
                         runtime::Engine::create(model, options));
   Workload w(model, *engine, o.new_tokens);
@@ -126,6 +166,7 @@ Result<Figures> run_workload(const model::Model& model, Device device, const Ben
   }
   f.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   f.computed = engine->stats().prompt_tokens;
+  f.state_bytes = engine->plan().state_bytes() + options.prefix_cache.device_tier_bytes;
   return f;
 }
 
@@ -150,35 +191,35 @@ Status run_prefix_workload(const model::Model& model, Device device, const Bench
                static_cast<long long>(options.new_tokens), static_cast<long long>(kDocuments),
                static_cast<long long>(kDocumentTokens), static_cast<long long>(kQuestions));
   std::fprintf(out,
-               "| cache | device | requests | prompt tokens | reused | computed | hit rate | TTFT "
-               "mean ms | TTFT p50 ms | TTFT p90 ms | seconds |\n");
-  std::fprintf(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+               "| cache | device | state MiB | requests | prompt tokens | reused | computed | hit "
+               "rate | TTFT mean ms | TTFT p50 ms | TTFT p90 ms | seconds |\n");
+  std::fprintf(out, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::fflush(out);
-  for (const bool cache : {false, true}) {
-    HYLA_ASSIGN_OR_RETURN(const Figures f, run_workload(model, device, options, cache));
+  for (const Setup& setup : kSetups) {
+    HYLA_ASSIGN_OR_RETURN(const Figures f, run_workload(model, device, options, setup));
     double mean = 0;
     for (double t : f.ttft) mean += t;
     mean /= double(std::max<size_t>(f.ttft.size(), 1));
     const double hit_rate = f.prompt_tokens > 0 ? double(f.reused) / double(f.prompt_tokens) : 0;
     std::fprintf(
-        out, "| %s | %s | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.3f |\n",
-        cache ? "on" : "off", device_name(device).c_str(), static_cast<long long>(f.requests),
-        static_cast<long long>(f.prompt_tokens), static_cast<long long>(f.reused),
-        static_cast<long long>(f.computed), hit_rate, 1e3 * mean, 1e3 * percentile(f.ttft, 0.5),
-        1e3 * percentile(f.ttft, 0.9), f.seconds);
+        out, "| %s | %s | %.1f | %lld | %lld | %lld | %lld | %.3f | %.1f | %.1f | %.1f | %.3f |\n",
+        setup.name, device_name(device).c_str(), double(f.state_bytes) / double(1 << 20),
+        static_cast<long long>(f.requests), static_cast<long long>(f.prompt_tokens),
+        static_cast<long long>(f.reused), static_cast<long long>(f.computed), hit_rate, 1e3 * mean,
+        1e3 * percentile(f.ttft, 0.5), 1e3 * percentile(f.ttft, 0.9), f.seconds);
     std::fflush(out);
-    nlohmann::json row = {
-        {"name", cache ? "prefix_workload_cache_on" : "prefix_workload_cache_off"},
-        {"device", device_name(device)},
-        {"requests", f.requests},
-        {"prompt_tokens", f.prompt_tokens},
-        {"reused_tokens", f.reused},
-        {"computed_tokens", f.computed},
-        {"hit_rate", hit_rate},
-        {"ttft_mean_ms", 1e3 * mean},
-        {"ttft_p50_ms", 1e3 * percentile(f.ttft, 0.5)},
-        {"ttft_p90_ms", 1e3 * percentile(f.ttft, 0.9)},
-        {"seconds", f.seconds}};
+    nlohmann::json row = {{"name", std::string("prefix_workload_") + setup.json},
+                          {"device", device_name(device)},
+                          {"state_bytes", f.state_bytes},
+                          {"requests", f.requests},
+                          {"prompt_tokens", f.prompt_tokens},
+                          {"reused_tokens", f.reused},
+                          {"computed_tokens", f.computed},
+                          {"hit_rate", hit_rate},
+                          {"ttft_mean_ms", 1e3 * mean},
+                          {"ttft_p50_ms", 1e3 * percentile(f.ttft, 0.5)},
+                          {"ttft_p90_ms", 1e3 * percentile(f.ttft, 0.9)},
+                          {"seconds", f.seconds}};
     if (commit) row["commit"] = *commit;
     results.push_back(row);
   }

@@ -3,7 +3,9 @@
 //         every earlier user message and reply, and a new user message (the turns of all
 //         conversations arrive together, one wave per turn)
 //   documents: D long documents, each asked Q questions (doc + question; one wave per question)
-// Run with the cache off, then on, each on a fresh engine: prompt tokens, tokens reused from the
+// Run with the cache off, then on; then on with a state pool that holds only the running wave and
+// two spare slots (the KV pool unchanged), without and with an int8 device tier a quarter the size
+// of the slots it lost; each on a fresh engine: prompt tokens, tokens reused from the
 // cache, tokens computed, the hit rate (reused / prompt), time to first token per request (from
 // its wave's arrival) and the wall time.
 #pragma once
@@ -20,7 +22,7 @@
 
 namespace hyla::cli {
 
-/// The workload's rows, cache off and on, to `out` (a table) and `results` (one JSON object each).
+/// The workload's rows, each setup, to `out` (a table) and `results` (one JSON object each).
 Status run_prefix_workload(const model::Model& model, Device device, const BenchOptions& options,
                            const std::optional<std::string>& commit, std::FILE* out,
                            nlohmann::json& results);

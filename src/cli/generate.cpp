@@ -108,6 +108,8 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   engine.allow_long_context = options.allow_long_context;
   engine.prefix_cache.enabled = options.prefix_cache == "on";
   engine.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
+  engine.prefix_cache.device_tier_bytes = options.prefix_cache_device_mib << 20;
+  engine.prefix_cache.int8_snapshots = options.prefix_cache_int8 == "on";
   if (options.budget_mib) {
     engine.memory_budget_bytes = *options.budget_mib << 20;
     return engine;
@@ -145,7 +147,10 @@ nlohmann::json cache_json(const runtime::Engine& engine) {
           {"snapshot_bytes", s.cache_snapshot_bytes},
           {"host_snapshots", s.cache_host_snapshots},
           {"host_bytes", s.cache_host_bytes},
-          {"host_hits", s.cache_host_hits}};
+          {"host_hits", s.cache_host_hits},
+          {"device_tier_snapshots", s.cache_device_tier_snapshots},
+          {"device_tier_bytes", s.cache_device_tier_bytes},
+          {"device_tier_hits", s.cache_device_tier_hits}};
 }
 
 /// "; prefix cache: 3 hits of 4 lookups, 420 tokens reused" (empty when it is off or unused).
@@ -509,8 +514,18 @@ Status validate(const GenerateOptions& o) {
   if (o.prefix_cache_host_mib < 0 || o.prefix_cache_host_mib > kMaxBudgetMib)
     return invalid_argument("--prefix-cache-host-mib is ", o.prefix_cache_host_mib,
                             ", expected an integer in [0, ", kMaxBudgetMib, "]");
+  if (o.prefix_cache_device_mib < 0 || o.prefix_cache_device_mib > kMaxBudgetMib)
+    return invalid_argument("--prefix-cache-device-mib is ", o.prefix_cache_device_mib,
+                            ", expected an integer in [0, ", kMaxBudgetMib, "]");
   if (o.prefix_cache != "on" && o.prefix_cache != "off")
     return invalid_argument("--prefix-cache is '", o.prefix_cache, "', expected on or off");
+  if (o.prefix_cache_int8 != "on" && o.prefix_cache_int8 != "off")
+    return invalid_argument("--prefix-cache-int8 is '", o.prefix_cache_int8,
+                            "', expected on or off");
+  if (o.prefix_cache_device_mib > 0 && o.prefix_cache_int8 != "on")
+    return invalid_argument(
+        "--prefix-cache-device-mib holds int8 snapshots only: add "
+        "--prefix-cache-int8 on");
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
     return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
   return model::parse_linear_attn_backends(o.linear_attn).status();

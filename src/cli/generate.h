@@ -40,12 +40,14 @@ struct GenerateOptions {
   /// State slots + KV pages. Unset: sized for every prompt at prompt + max_new_tokens at once
   /// (runtime::size_engine_memory), at most 3/4 of the host's available memory.
   std::optional<int64_t> budget_mib;
-  bool json = false;                  ///< one JSON object instead of lines of ids / streamed text
-  bool ignore_eos = false;            ///< text mode: keep going past the end-of-text token
-  bool allow_long_context = false;    ///< run prompts longer than max_position_embeddings
-  std::string device = "auto";        ///< cpu | cuda | auto (CUDA when a device is visible)
-  std::string prefix_cache = "on";    ///< on | off: the engine's prefix cache
-  int64_t prefix_cache_host_mib = 0;  ///< host memory for snapshots leaving the state pool
+  bool json = false;                    ///< one JSON object instead of lines of ids / streamed text
+  bool ignore_eos = false;              ///< text mode: keep going past the end-of-text token
+  bool allow_long_context = false;      ///< run prompts longer than max_position_embeddings
+  std::string device = "auto";          ///< cpu | cuda | auto (CUDA when a device is visible)
+  std::string prefix_cache = "on";      ///< on | off: the engine's prefix cache
+  int64_t prefix_cache_host_mib = 0;    ///< host memory for snapshots leaving the state pool
+  int64_t prefix_cache_device_mib = 0;  ///< device memory for int8 snapshots leaving it
+  std::string prefix_cache_int8 = "off";  ///< on | off: snapshots outside the pool in int8
   /// ids mode: each prompt starts once the previous one has finished (so it can reuse them).
   bool sequential = false;
   /// --linear-attn-*-backend: which implementation runs each linear-attention phase

@@ -114,6 +114,15 @@ int main(int argc, char** argv) {
                   "host memory for prefix-cache snapshots that leave the state pool (default 0: "
                   "none; they are dropped)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  gen->add_option("--prefix-cache-device-mib", generate.prefix_cache_device_mib,
+                  "device memory, beyond the budget, for int8 prefix-cache snapshots that leave "
+                  "the state pool, before the host tier (needs --prefix-cache-int8 on; default 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  gen->add_option("--prefix-cache-int8", generate.prefix_cache_int8,
+                  "keep snapshots outside the state pool in int8 (one scale per SSM row, conv "
+                  "native; about a quarter of the bytes, error <= max|row|/254): on or off "
+                  "(default)")
+      ->check(CLI::IsMember({"on", "off"}));
   gen->add_flag("--sequential", generate.sequential,
                 "start each prompt after the previous one has finished (later ones can reuse "
                 "earlier ones through the prefix cache)");
@@ -198,6 +207,16 @@ int main(int argc, char** argv) {
   srv->add_option("--prefix-cache-host-mib", serve.prefix_cache_host_mib,
                   "host memory for prefix-cache snapshots that leave the state pool (default 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  srv->add_option("--prefix-cache-device-mib", serve.prefix_cache_device_mib,
+                  "device memory, beyond the budget, for int8 prefix-cache snapshots that leave "
+                  "the state pool (needs --prefix-cache-int8 on; default 0)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  srv->add_option_function<std::string>(
+         "--prefix-cache-int8",
+         [&serve](const std::string& v) { serve.prefix_cache_int8 = v == "on"; },
+         "keep snapshots outside the state pool in int8 (one scale per SSM row): on or off "
+         "(default)")
+      ->check(CLI::IsMember({"on", "off"}));
   srv->add_option("--port", serve.port, "port to listen on (default 8080; 0: any free port)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   srv->add_option("--device", serve.device, "cpu, cuda, or auto (default: cuda when visible)")

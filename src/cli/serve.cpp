@@ -92,9 +92,13 @@ int serve(const ServeOptions& options) {
   engine_options.max_running = options.max_running;
   engine_options.prefix_cache.enabled = options.prefix_cache;
   engine_options.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
+  engine_options.prefix_cache.device_tier_bytes = options.prefix_cache_device_mib << 20;
+  engine_options.prefix_cache.int8_snapshots = options.prefix_cache_int8;
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
   if (options.state_ratio && !options.budget_mib)
     return fail("--state-ratio splits --budget-mib: give both");
+  if (options.prefix_cache_device_mib > 0 && !options.prefix_cache_int8)
+    return fail("--prefix-cache-device-mib holds int8 snapshots only: add --prefix-cache-int8 on");
   if (options.budget_mib) {
     engine_options.memory_budget_bytes = *options.budget_mib << 20;
     if (options.state_ratio) engine_options.state_ratio = *options.state_ratio;

@@ -20,9 +20,11 @@ struct ServeOptions {
   int64_t max_waiting = 256;
   int64_t max_running = 64;
   int64_t default_max_tokens = 256;
-  std::optional<int64_t> budget_mib;  ///< unset: sized for max_running requests of the context
-  bool prefix_cache = true;           ///< --prefix-cache on|off
-  int64_t prefix_cache_host_mib = 0;  ///< --prefix-cache-host-mib: the cache's host tier
+  std::optional<int64_t> budget_mib;    ///< unset: sized for max_running requests of the context
+  bool prefix_cache = true;             ///< --prefix-cache on|off
+  int64_t prefix_cache_host_mib = 0;    ///< --prefix-cache-host-mib: the cache's host tier
+  int64_t prefix_cache_device_mib = 0;  ///< --prefix-cache-device-mib: its int8 device tier
+  bool prefix_cache_int8 = false;       ///< --prefix-cache-int8 on|off
   int http_threads = 2;
   double read_timeout_s = 10;  ///< a request's header + body must arrive within this
   /// State-pool : KV-pool bytes of --budget-mib (plan_memory's state_ratio); unset: the engine's.

@@ -123,6 +123,12 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
   gauge(out, "hyla_prefix_cache_host_bytes", "Bytes of those.", stats.cache_host_bytes);
   counter(out, "hyla_prefix_cache_host_hits_total", "Hits resumed from the host tier.",
           stats.cache_host_hits);
+  gauge(out, "hyla_prefix_cache_device_tier_snapshots",
+        "int8 snapshots in the prefix cache's device tier.", stats.cache_device_tier_snapshots);
+  gauge(out, "hyla_prefix_cache_device_tier_bytes", "Bytes of those.",
+        stats.cache_device_tier_bytes);
+  counter(out, "hyla_prefix_cache_device_tier_hits_total", "Hits resumed from the device tier.",
+          stats.cache_device_tier_hits);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
   out += str_cat(
       "# HELP hyla_preemptions_total Running requests sent back to waiting to free KV pages "
