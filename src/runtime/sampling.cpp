@@ -17,11 +17,10 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 /// NaN counts as -inf: it is never picked, greedy or sampled.
 float cleaned(float logit) { return std::isnan(logit) ? kNegInf : logit; }
 
-/// A uniform double in [0, 1) from the top 53 bits of one 64-bit output: every value is a
-/// multiple of 2^-53, exactly representable, the same on every platform.
-double uniform_from_bits(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
-
 }  // namespace
+
+// Every value is a multiple of 2^-53, exactly representable.
+double uniform_double(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
 Status validate(const SamplingParams& params, int64_t vocab_size) {
   if (vocab_size < 1)
@@ -115,10 +114,10 @@ bool Sampler::is_stop(int32_t token) const {
          params_.stop_token_ids.end();
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+std::pair<int32_t, float> Sampler::argmax(std::span<const float> logits) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
-  HYLA_CHECK(vocab > 0, "Sampler::sample: empty logits row");
-  HYLA_CHECK(vocab <= std::numeric_limits<int32_t>::max(), "Sampler::sample: vocab ", vocab,
+  HYLA_CHECK(vocab > 0, "Sampler: empty logits row");
+  HYLA_CHECK(vocab <= std::numeric_limits<int32_t>::max(), "Sampler: vocab ", vocab,
              " does not fit int32 token ids");
 
   // Argmax, lowest id on ties (strict >; a NaN never compares greater, so it is never the max
@@ -131,8 +130,11 @@ int32_t Sampler::sample(std::span<const float> logits) {
       best = token;
     }
   }
-  if (params_.temperature == 0.0f || max_logit == kNegInf) return best;
+  return {best, max_logit};
+}
 
+double Sampler::keep_candidates(std::span<const float> logits, float max_logit) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
   // Candidates: every token with a finite logit, or, when some are +inf, only those, with equal
   // weight (the limit of a finite logit growing without bound). `>= lowest` drops -inf and NaN.
   candidates_.clear();
@@ -209,11 +211,18 @@ int32_t Sampler::sample(std::span<const float> logits) {
       total = kept;
     }
   }
+  return total;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  auto [best, max_logit] = argmax(logits);
+  if (params_.temperature == 0.0f || max_logit == kNegInf) return best;
+  const double total = keep_candidates(logits, max_logit);
 
   // Draw: the first candidate whose cumulative weight exceeds u * total. Zero-weight candidates
   // can never be that one; rounding can leave u * total at the very end, hence the fallback to
   // the last candidate with weight.
-  const double threshold = uniform_from_bits(rng_()) * total;
+  const double threshold = uniform_double(rng_) * total;
   double cumulative = 0.0;
   int32_t last_with_weight = candidates_.front().token;
   for (const Candidate& c : candidates_) {
@@ -223,6 +232,18 @@ int32_t Sampler::sample(std::span<const float> logits) {
     if (threshold < cumulative) return c.token;
   }
   return last_with_weight;
+}
+
+void Sampler::probabilities(std::span<const float> logits, std::vector<double>& probs) {
+  const auto [best, max_logit] = argmax(logits);
+  probs.assign(logits.size(), 0.0);
+  if (params_.temperature == 0.0f || max_logit == kNegInf) {
+    probs[size_t(best)] = 1.0;
+    return;
+  }
+  // Each kept candidate is drawn when u * total falls in its weight's share of [0, total).
+  const double total = keep_candidates(logits, max_logit);
+  for (const Candidate& c : candidates_) probs[size_t(c.token)] = c.weight / total;
 }
 
 }  // namespace hyla::runtime

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -59,6 +60,10 @@ struct TokenLogprobs {
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, float temperature,
                              int64_t top);
 
+/// The uniform double in [0, 1) that Sampler draws with: the top 53 bits of one 64-bit output of
+/// `rng` times 2^-53 (every value exactly representable, the same on every platform).
+double uniform_double(std::mt19937_64& rng);
+
 /// Checks `params` against a vocabulary of `vocab_size` tokens; the message names the field, the
 /// value and the allowed range.
 Status validate(const SamplingParams& params, int64_t vocab_size);
@@ -94,6 +99,13 @@ class Sampler {
 
   /// The next token for one row of logits [vocab] f32. A top_k above the row's size keeps all.
   int32_t sample(std::span<const float> logits);
+  /// The distribution the next sample() call draws from for this row of logits: `probs` is
+  /// resized to the row and holds each token's probability (0 for tokens top-k / top-p drop and
+  /// for -inf / NaN logits; the kept ones sum to 1 up to rounding). Greedy (temperature 0), or a
+  /// row with no finite or +inf logit: 1 on the token sample() returns, 0 elsewhere. Draws
+  /// nothing: the seed's sequence is untouched. Speculative decoding's rejection sampling
+  /// (spec/acceptance.h) takes it as the target distribution.
+  void probabilities(std::span<const float> logits, std::vector<double>& probs);
   /// Whether `token` is one of the stop tokens.
   bool is_stop(int32_t token) const;
 
@@ -107,6 +119,12 @@ class Sampler {
     int32_t token;
     double weight;
   };
+
+  /// The checked row's argmax (lowest id on ties) and its cleaned max logit.
+  static std::pair<int32_t, float> argmax(std::span<const float> logits);
+  /// Fills candidates_ with the tokens temperature -> top-k -> top-p keep and their weights (a row
+  /// whose max logit is `max_logit`, finite or +inf); the sum of the kept weights.
+  double keep_candidates(std::span<const float> logits, float max_logit);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

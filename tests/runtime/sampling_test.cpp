@@ -1,7 +1,8 @@
 // Token sampling: greedy and its limits (temperature -> 0, top_k = 1, tiny top_p), seeds,
 // frequencies against known probabilities, top-k and nucleus membership against an independent
 // float64 nucleus, -inf / NaN / +inf logits, a pinned token sequence, validate()'s errors, and
-// token_logprobs against a long-double log-softmax (top tokens, order, ties).
+// token_logprobs against a long-double log-softmax (top tokens, order, ties), and probabilities()
+// against a float64 reference and sample()'s own draws.
 #include "runtime/sampling.h"
 
 #include <algorithm>
@@ -277,6 +278,91 @@ TEST(Sampling, PositiveInfinityTokensShareAllProbability) {
   std::set<int32_t> seen;
   for (int32_t token : draw(params, logits, 300)) seen.insert(token);
   EXPECT_EQ(seen, (std::set<int32_t>{1, 3}));
+}
+
+/// The probabilities straight from the definition, in double: the top_k best (ties -> lower id),
+/// softmax(logit / T) over them, then the best-first prefix reaching top_p, renormalised.
+std::vector<double> reference_probabilities(const std::vector<float>& logits, double temperature,
+                                            int64_t top_k, double top_p) {
+  std::vector<int32_t> kept = ranked(logits);
+  if (top_k > 0) kept.resize(size_t(top_k));
+  const double max_logit = logits[size_t(kept.front())];
+  double total = 0.0;
+  for (int32_t id : kept) total += std::exp((logits[size_t(id)] - max_logit) / temperature);
+  double cumulative = 0.0, nucleus_total = 0.0;
+  size_t count = 0;
+  while (count < kept.size()) {
+    const double w = std::exp((logits[size_t(kept[count++])] - max_logit) / temperature);
+    cumulative += w / total;
+    nucleus_total += w;
+    if (cumulative >= top_p) break;
+  }
+  std::vector<double> p(logits.size(), 0.0);
+  for (size_t i = 0; i < count; ++i)
+    p[size_t(kept[i])] =
+        std::exp((logits[size_t(kept[i])] - max_logit) / temperature) / nucleus_total;
+  return p;
+}
+
+TEST(Sampling, ProbabilitiesAreTheDistributionSampleDrawsFrom) {
+  const std::vector<float> logits = random_logits(300, 40);
+  const std::vector<SamplingParams> cases = {
+      {.temperature = 1.0f, .seed = 1},
+      {.temperature = 0.6f, .top_k = 20, .seed = 2},
+      {.temperature = 1.3f, .top_p = 0.8f, .seed = 3},
+      {.temperature = 0.9f, .top_k = 50, .top_p = 0.7f, .seed = 4},
+  };
+  constexpr int kDraws = 20000;
+  for (const SamplingParams& params : cases) {
+    SCOPED_TRACE("T " + std::to_string(params.temperature) + ", top_k " +
+                 std::to_string(params.top_k) + ", top_p " + std::to_string(params.top_p));
+    Sampler sampler(params);
+    std::vector<double> probs;
+    sampler.probabilities(logits, probs);
+    const std::vector<double> want =
+        reference_probabilities(logits, params.temperature, params.top_k, params.top_p);
+    ASSERT_EQ(probs.size(), want.size());
+    for (size_t token = 0; token < want.size(); ++token) {
+      // Both in double over <= 300 terms of size <= 1, summed in other orders: ~1e-15.
+      EXPECT_NEAR(probs[token], want[token], 1e-13) << "token " << token;
+      EXPECT_EQ(probs[token] == 0.0, want[token] == 0.0) << "token " << token;
+    }
+    // It draws nothing: the sampler's draws are those of a fresh one with the same seed.
+    std::vector<int32_t> drawn;
+    for (int i = 0; i < kDraws; ++i) drawn.push_back(sampler.sample(logits));
+    EXPECT_EQ(drawn, draw(params, logits, kDraws));
+    // And sample() follows them: tokens of probability 0 never come, and each count expected
+    // >= 100 is within 5 sigma of Binomial(N, p) (a correct sampler fails one with probability
+    // ~1e-6 at worst, where the binomial is most skewed; the seeds are fixed).
+    std::vector<int> count(want.size(), 0);
+    for (int32_t token : drawn) ++count[size_t(token)];
+    for (size_t token = 0; token < want.size(); ++token) {
+      const double expected = kDraws * probs[token];
+      if (probs[token] == 0.0) {
+        EXPECT_EQ(count[token], 0) << "token " << token;
+      }
+      if (expected < 100.0) continue;
+      const double sigma = std::sqrt(expected * (1.0 - probs[token]));
+      EXPECT_LE(std::abs(count[token] - expected), 5.0 * sigma) << "token " << token;
+    }
+  }
+}
+
+TEST(Sampling, ProbabilitiesOfGreedyAndInfiniteRows) {
+  std::vector<double> probs;
+  // Greedy: the argmax, ties -> lowest id.
+  Sampler greedy(SamplingParams{});
+  greedy.probabilities(std::vector<float>{0.0f, 2.0f, -1.0f, 2.0f}, probs);
+  EXPECT_EQ(probs, (std::vector<double>{0.0, 1.0, 0.0, 0.0}));
+  Sampler sampled(SamplingParams{.temperature = 1.0f});
+  // +inf tokens share everything; NaN and -inf get nothing.
+  sampled.probabilities(std::vector<float>{1.0f, kInf, 1e30f, kInf, kNaN}, probs);
+  EXPECT_EQ(probs, (std::vector<double>{0.0, 0.5, 0.0, 0.5, 0.0}));
+  sampled.probabilities(std::vector<float>{-kInf, 0.0f, kNaN, 0.0f}, probs);
+  EXPECT_EQ(probs, (std::vector<double>{0.0, 0.5, 0.0, 0.5}));
+  // No finite logit: token 0, as sample() gives.
+  sampled.probabilities(std::vector<float>{-kInf, kNaN, -kInf}, probs);
+  EXPECT_EQ(probs, (std::vector<double>{1.0, 0.0, 0.0}));
 }
 
 TEST(Sampling, IsStop) {
