@@ -292,9 +292,10 @@ inline void expect_prefix_cache_tier_round_trip(const std::string& arch, Device 
   }
   EXPECT_EQ(s.free_slots + s.cache_snapshots, cached->plan().state_slots);
   EXPECT_EQ(s.cache_host_snapshots > 0, setup.host_bytes > 0);
-  if (setup.device_tier_slots > 0)
+  if (setup.device_tier_slots > 0) {
     EXPECT_EQ(s.cache_device_tier_snapshots,
               std::min<int64_t>(setup.device_tier_slots, s.cache_device_tier_moves));
+  }
 }
 
 }  // namespace hyla::runtime::engine_testing

@@ -73,8 +73,9 @@ TEST(SnapshotTiers, PutLoadAndMoveKeepTheSlot) {
         ASSERT_TRUE(tiers.ok()) << tiers.status().message();
         ASSERT_EQ(tiers->count(), format == SnapshotFormat::kInt8 ? 2 : 1);
         // int8 entries hold a quarter of an f32 SSM state (plus scales and the conv window)
-        if (format == SnapshotFormat::kInt8 && ssm_dtype == DType::kF32)
+        if (format == SnapshotFormat::kInt8 && ssm_dtype == DType::kF32) {
           EXPECT_LT(tiers->entry_bytes(), pool.slot_bytes() / 2);
+        }
         const int first = 0, last = tiers->count() - 1;
         const int32_t id = tiers->put(first, pool, 1);
         EXPECT_TRUE(SnapshotTiers::is_tiered(id));
@@ -83,7 +84,9 @@ TEST(SnapshotTiers, PutLoadAndMoveKeepTheSlot) {
         expect_same_slot(pool, 1, 2, format);
         const int32_t moved = last == first ? id : tiers->move(id, last);
         EXPECT_EQ(tiers->tier_of(moved), last);
-        if (moved != id) EXPECT_EQ(tiers->tier_of(id), -1) << "the move frees the source";
+        if (moved != id) {
+          EXPECT_EQ(tiers->tier_of(id), -1) << "the move frees the source";
+        }
         ASSERT_OK(tiers->load(moved, pool, 3));
         expect_same_slot(pool, 2, 3, SnapshotFormat::kNative);  // the same bytes came back
         EXPECT_EQ(tiers->entries(last), 1);
