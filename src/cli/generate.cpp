@@ -110,6 +110,11 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   engine.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
   engine.prefix_cache.device_tier_bytes = options.prefix_cache_device_mib << 20;
   engine.prefix_cache.int8_snapshots = options.prefix_cache_int8 == "on";
+  if (options.speculative == "ngram")
+    engine.speculative.drafter = runtime::SpeculativeOptions::Drafter::kNgram;
+  engine.speculative.draft_tokens = options.draft_tokens;
+  engine.speculative.mode =
+      options.spec_mode == "states" ? model::VerifyMode::kStepStates : model::VerifyMode::kReplay;
   if (options.budget_mib) {
     engine.memory_budget_bytes = *options.budget_mib << 20;
     return engine;
@@ -151,6 +156,37 @@ nlohmann::json cache_json(const runtime::Engine& engine) {
           {"device_tier_snapshots", s.cache_device_tier_snapshots},
           {"device_tier_bytes", s.cache_device_tier_bytes},
           {"device_tier_hits", s.cache_device_tier_hits}};
+}
+
+/// Speculative decoding's figures for --json (null when it is off): verify steps, drafts, the
+/// acceptance rate (accepted / drafted) and the mean tokens a verified sequence emitted
+/// (accepted + 1), the commit record's bytes per sequence.
+nlohmann::json speculative_json(const runtime::Engine& engine) {
+  const runtime::EngineOptions& o = engine.options();
+  if (o.speculative.drafter == runtime::SpeculativeOptions::Drafter::kNone) return nullptr;
+  const runtime::EngineStats s = engine.stats();
+  const auto ratio = [](int64_t a, int64_t b) { return b > 0 ? double(a) / double(b) : 0.0; };
+  return {{"drafter", "ngram"},
+          {"draft_tokens", o.speculative.draft_tokens},
+          {"mode", o.speculative.mode == model::VerifyMode::kReplay ? "replay" : "states"},
+          {"verify_steps", s.spec_steps},
+          {"verified_sequences", s.spec_sequences},
+          {"drafted", s.spec_draft_tokens},
+          {"accepted", s.spec_accepted_tokens},
+          {"acceptance_rate", ratio(s.spec_accepted_tokens, s.spec_draft_tokens)},
+          {"mean_accepted_length", ratio(s.spec_emitted_tokens, s.spec_sequences)},
+          {"record_bytes_per_sequence", ratio(s.spec_record_bytes, s.spec_record_sequences)}};
+}
+
+/// "; speculative: 120 of 200 drafts accepted, 2.4 tokens per verify" (empty when off or unused).
+std::string speculative_line(const runtime::Engine& engine) {
+  const runtime::EngineStats s = engine.stats();
+  if (s.spec_sequences == 0) return {};
+  char mean[32];
+  std::snprintf(mean, sizeof mean, "%.2f",
+                double(s.spec_emitted_tokens) / double(s.spec_sequences));
+  return str_cat("; speculative: ", s.spec_accepted_tokens, " of ", s.spec_draft_tokens,
+                 " drafts accepted, ", mean, " tokens per verified sequence");
 }
 
 /// "; prefix cache: 3 hits of 4 lookups, 420 tokens reused" (empty when it is off or unused).
@@ -311,6 +347,7 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
     nlohmann::json doc = timer.json();
     doc["requests"] = requests;
     doc["prefix_cache"] = cache_json(*engine.value());
+    doc["speculative"] = speculative_json(*engine.value());
     std::fprintf(out, "%s\n", doc.dump().c_str());
   } else {
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -325,9 +362,9 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
   std::string stopped;
   for (const auto& [name, count] : finishes)
     stopped += str_cat(stopped.empty() ? "" : ", ", name, " x", count);
-  std::fprintf(err, "%s; %lld steps; stopped by %s%s\n", timer.line().c_str(),
+  std::fprintf(err, "%s; %lld steps; stopped by %s%s%s\n", timer.line().c_str(),
                static_cast<long long>(engine.value()->stats().steps), stopped.c_str(),
-               cache_line(*engine.value()).c_str());
+               cache_line(*engine.value()).c_str(), speculative_line(*engine.value()).c_str());
   const size_t failed = size_t(
       std::count_if(errors.begin(), errors.end(), [](const std::string& e) { return !e.empty(); }));
   if (failed > 0) {
@@ -458,6 +495,7 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, Devic
     doc["tokens"] = tokens;
     doc["text"] = text;
     doc["finish"] = runtime::finish_reason_name(reason);
+    doc["speculative"] = speculative_json(*engine.value());
     if (!error.empty()) doc["error"] = error;
     std::fprintf(out, "%s\n",
                  doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -465,8 +503,8 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, Devic
     std::fprintf(out, "%s\n", rest.c_str());
   }
   std::fflush(out);  // the text ends before the speed line on a shared terminal
-  std::fprintf(err, "%s; stopped by %s\n", timer.line().c_str(),
-               runtime::finish_reason_name(reason));
+  std::fprintf(err, "%s; stopped by %s%s\n", timer.line().c_str(),
+               runtime::finish_reason_name(reason), speculative_line(*engine.value()).c_str());
   if (!error.empty()) return fail(err, str_cat("the generation failed: ", error));
   return 0;
 }
@@ -519,6 +557,13 @@ Status validate(const GenerateOptions& o) {
                             ", expected an integer in [0, ", kMaxBudgetMib, "]");
   if (o.prefix_cache != "on" && o.prefix_cache != "off")
     return invalid_argument("--prefix-cache is '", o.prefix_cache, "', expected on or off");
+  if (o.speculative != "off" && o.speculative != "ngram")
+    return invalid_argument("--speculative is '", o.speculative, "', expected off or ngram");
+  if (o.draft_tokens < 1 || o.draft_tokens > runtime::kMaxDraftTokens)
+    return invalid_argument("--draft-tokens is ", o.draft_tokens, ", expected an integer in [1, ",
+                            runtime::kMaxDraftTokens, "]");
+  if (o.spec_mode != "replay" && o.spec_mode != "states")
+    return invalid_argument("--spec-mode is '", o.spec_mode, "', expected replay or states");
   if (o.prefix_cache_int8 != "on" && o.prefix_cache_int8 != "off")
     return invalid_argument("--prefix-cache-int8 is '", o.prefix_cache_int8,
                             "', expected on or off");

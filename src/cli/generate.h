@@ -50,6 +50,9 @@ struct GenerateOptions {
   std::string prefix_cache_int8 = "off";  ///< on | off: snapshots outside the pool in int8
   /// ids mode: each prompt starts once the previous one has finished (so it can reuse them).
   bool sequential = false;
+  std::string speculative = "off";   ///< off | ngram: drafts verified by the model, see engine.h
+  int64_t draft_tokens = 4;          ///< K: drafts per request and step
+  std::string spec_mode = "replay";  ///< replay | states: how linear layers roll back
   /// --linear-attn-*-backend: which implementation runs each linear-attention phase
   /// (model/linear_backends.h); all unset: auto.
   model::LinearAttnBackendFlags linear_attn;

@@ -123,6 +123,18 @@ int main(int argc, char** argv) {
                   "native; about a quarter of the bytes, error <= max|row|/254): on or off "
                   "(default)")
       ->check(CLI::IsMember({"on", "off"}));
+  gen->add_option("--speculative", generate.speculative,
+                  "speculative decoding: off (default) or ngram (drafts looked up in the prompt "
+                  "and the output so far, verified by the model; greedy output is unchanged)")
+      ->check(CLI::IsMember({"off", "ngram"}));
+  gen->add_option("--draft-tokens", generate.draft_tokens,
+                  "drafts per request and step with --speculative (default 4)")
+      ->check(CLI::Range(int64_t{1}, int64_t{16}));  // runtime::kMaxDraftTokens
+  gen->add_option("--spec-mode", generate.spec_mode,
+                  "how linear layers roll back to the accepted drafts: replay (default; one state "
+                  "per request, the accepted steps replayed) or states (a state per draft kept, "
+                  "the accepted one installed)")
+      ->check(CLI::IsMember({"replay", "states"}));
   gen->add_flag("--sequential", generate.sequential,
                 "start each prompt after the previous one has finished (later ones can reuse "
                 "earlier ones through the prefix cache)");

@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "model/layer_times.h"
+#include "model/verify.h"
 
 namespace hyla::model {
 
@@ -27,6 +28,11 @@ struct Batch {
   /// those tokens (SSM state and conv window), -1 for none. Empty: none. Only for prefill steps
   /// of a model whose linear prefill runs the chunk algorithm (Model::writes_boundary_states).
   std::vector<int32_t> boundary_slots;
+  /// Speculative verify (model/verify.h): every sequence's new tokens are its last sampled token
+  /// and its drafts. Linear layers leave the pools as they are and fill BatchMemory::verify;
+  /// Model::commit_verify then installs the state after the accepted tokens. Needs logits_all
+  /// and BatchMemory::verify; no boundary_slots.
+  bool verify = false;
 
   int64_t num_sequences() const { return int64_t(cu_seqlens.size()) - 1; }
   /// Every sequence has exactly one new token: linear layers take the decode path.
@@ -96,6 +102,9 @@ struct BatchMemory {
   LayerTimes* layer_times = nullptr;
   /// Optional page-locked staging of the step's index uploads (see HostStaging).
   HostStaging* staging = nullptr;
+  /// Verify steps (Batch::verify): where the linear layers keep what the commit needs; its mode
+  /// is set by the caller, its layers are (re)filled by forward_batch.
+  VerifyRecord* verify = nullptr;
 };
 
 }  // namespace hyla::model

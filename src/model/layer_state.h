@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "model/linear_backends.h"
+#include "model/verify.h"
 
 namespace hyla::model {
 
@@ -31,6 +32,10 @@ struct LinearMemory {
   /// conv and the delta rule write each listed slot's conv window and SSM state.
   const std::vector<int32_t>* boundary_slots = nullptr;
   const std::vector<int32_t>* host_cu_seqlens = nullptr;
+  /// A verify step (model/verify.h): read the slots, write nothing to the pools, keep the commit's
+  /// inputs here (its mode says which).
+  LinearVerifyRecord* verify = nullptr;
+  VerifyMode verify_mode = VerifyMode::kReplay;
 };
 
 /// Everything one sequence carries between forward calls (on the model's device).

@@ -284,6 +284,11 @@ Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelCon
         return out_of_range("forward_batch: a boundary slot is ", slot, ", outside [-1, ", slots,
                             ")");
   }
+  if (batch.verify &&
+      (!batch.logits_all || memory.verify == nullptr || !batch.boundary_slots.empty()))
+    return invalid_argument(
+        "forward_batch: a verify step needs logits_all and BatchMemory::verify, and takes no "
+        "boundary_slots");
   for (int64_t t = 0; t < int64_t(batch.tokens.size()); ++t)
     if (batch.tokens[size_t(t)] < 0 || batch.tokens[size_t(t)] >= c.vocab_size)
       return out_of_range("forward_batch: token ", t, " is ", batch.tokens[size_t(t)],
@@ -331,6 +336,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
   Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
   std::optional<PagedBatch> paged;  // the attention layers' index tensors
+  if (batch.verify) memory.verify->layers.assign(size_t(L), LinearVerifyRecord{});
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer& layer = layers_[size_t(i)];
     const MixerKind kind = c.mixers[size_t(i)];
@@ -351,14 +357,17 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     // h += mixer(norm(attn_in))
     HYLA_RETURN_IF_ERROR(norm(attn_in, layer.input_norm, c, normed));
     if (is_linear_mixer(kind)) {
-      const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
-                                .ssm_pool = memory.ssm_state[size_t(i)],
-                                .slots = indices.slots,
-                                .cu_seqlens = indices.cu_seqlens,
-                                .decode = batch.is_decode(),
-                                .backends = linear_backends_,
-                                .boundary_slots = &batch.boundary_slots,
-                                .host_cu_seqlens = &batch.cu_seqlens};
+      const LinearMemory linear{
+          .conv_pool = memory.conv_state[size_t(i)],
+          .ssm_pool = memory.ssm_state[size_t(i)],
+          .slots = indices.slots,
+          .cu_seqlens = indices.cu_seqlens,
+          .decode = batch.is_decode() && !batch.verify,
+          .backends = linear_backends_,
+          .boundary_slots = &batch.boundary_slots,
+          .host_cu_seqlens = &batch.cu_seqlens,
+          .verify = batch.verify ? &memory.verify->layers[size_t(i)] : nullptr,
+          .verify_mode = batch.verify ? memory.verify->mode : VerifyMode::kReplay};
       HYLA_RETURN_IF_ERROR(kind == MixerKind::kGatedDeltaNet
                                ? gdn_forward(layer.gdn, c, normed, linear, branch)
                                : kda_forward(layer.kda, c, normed, linear, branch));
@@ -489,6 +498,58 @@ StepIndices StepIndices::pack(const Batch& batch, Device device, HostStaging* st
   s.slots = all.slice(T + B + 1, T + 2 * B + 1);
   s.last_rows = all.slice(T + 2 * B + 1, T + 3 * B + 1);
   return s;
+}
+
+Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepted,
+                            const BatchMemory& memory) const {
+  const int64_t B = batch.num_sequences();
+  if (!batch.verify || memory.verify == nullptr ||
+      memory.verify->layers.size() != size_t(config_.num_layers))
+    return invalid_argument("commit_verify: no verify step recorded for this batch");
+  if (int64_t(accepted.size()) != B)
+    return invalid_argument("commit_verify: ", accepted.size(), " accepted counts for ", B,
+                            " sequences");
+  // The accepted tokens as a packed batch of their own: rows in the verify step, cu_seqlens,
+  // slots; sequences that accepted none are left out.
+  std::vector<int32_t> rows, cu = {0}, slots, last_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t begin = batch.cu_seqlens[size_t(b)], n = accepted[size_t(b)];
+    if (n < 0 || n > batch.cu_seqlens[size_t(b + 1)] - begin)
+      return out_of_range("commit_verify: sequence ", b, " accepted ", n, " of its ",
+                          batch.cu_seqlens[size_t(b + 1)] - begin, " tokens");
+    if (n == 0) continue;
+    for (int32_t t = 0; t < n; ++t) rows.push_back(begin + t);
+    cu.push_back(cu.back() + n);
+    slots.push_back(batch.state_slots[size_t(b)]);
+    last_rows.push_back(begin + n - 1);
+  }
+  if (slots.empty()) return ok_status();
+  const Device dev = device();
+  const Tensor rows_d = upload_i32(rows, dev, nullptr), cu_d = upload_i32(cu, dev, nullptr),
+               slots_d = upload_i32(slots, dev, nullptr);
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    const MixerKind kind = config_.mixers[size_t(i)];
+    if (!is_linear_mixer(kind)) continue;
+    const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
+                              .ssm_pool = memory.ssm_state[size_t(i)],
+                              .slots = slots_d,
+                              .cu_seqlens = cu_d};
+    const DecoderLayer& layer = layers_[size_t(i)];
+    HYLA_RETURN_IF_ERROR(linear_commit_verify(
+        config_, kind == MixerKind::kGatedDeltaNet ? layer.gdn.conv : layer.kda.conv,
+        memory.verify->layers[size_t(i)], memory.verify->mode, linear, rows_d, last_rows, slots));
+  }
+  return ok_status();
+}
+
+int64_t LinearVerifyRecord::bytes() const {
+  return qkv.nbytes() + step_states.nbytes() + g.nbytes() + beta.nbytes();
+}
+
+int64_t VerifyRecord::bytes() const {
+  int64_t n = 0;
+  for (const LinearVerifyRecord& l : layers) n += l.bytes();
+  return n;
 }
 
 Status Model::stage_step(const Batch& batch, HostStaging& staging) const {

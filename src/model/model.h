@@ -102,6 +102,14 @@ class Model {
   Result<Tensor> forward_batch(const Batch& batch, const BatchMemory& memory,
                                ForwardTrace* trace = nullptr) const;
 
+  /// After forward_batch ran the verify step `batch` (Batch::verify; its record in
+  /// memory.verify): installs in each sequence's slot the linear layers' conv window and SSM state
+  /// after its first accepted[b] new tokens (0 leaves the slot as it was; at most its count).
+  /// Attention layers need nothing: the KV rows past the accepted tokens are rewritten when those
+  /// positions are computed again. Errors: no record for this batch, counts out of range.
+  Status commit_verify(const Batch& batch, std::span<const int32_t> accepted,
+                       const BatchMemory& memory) const;
+
   /// Packs `batch`'s index data into `staging` exactly as forward_batch does (same regions, same
   /// order), without running anything: a CUDA graph captured over forward_batch then replays on
   /// this batch. Errors: those forward_batch gives while packing (a position beyond int32).

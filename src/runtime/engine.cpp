@@ -14,6 +14,7 @@
 #include "kernels/gated_delta_rule.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "runtime/memory/host_memory.h"
+#include "runtime/spec/acceptance.h"
 
 namespace hyla::runtime {
 
@@ -49,6 +50,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
                             "), max_path_weak_snapshots (", cache.max_path_weak_snapshots,
                             "), device_tier_bytes (", cache.device_tier_bytes, ") and host_bytes (",
                             cache.host_bytes, ") must be >= 0");
+  const SpeculativeOptions& spec = options.speculative;
+  if (spec.draft_tokens < 1 || spec.draft_tokens > kMaxDraftTokens)
+    return invalid_argument("Engine: speculative.draft_tokens is ", spec.draft_tokens,
+                            ", expected an integer in [1, ", kMaxDraftTokens, "]");
+  HYLA_RETURN_IF_ERROR(validate(spec.ngram));
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_device());
@@ -271,8 +277,17 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParam
                 " KV pages of ", pages_->page_size(), " tokens, but the whole pool has ",
                 pages_->capacity(), " (at most ", pages_->capacity() * pages_->page_size(),
                 " tokens per request; raise --budget-mib or lower the state ratio)"));
+  std::unique_ptr<NgramDrafter> drafter;
+  if (options_.speculative.drafter == SpeculativeOptions::Drafter::kNgram) {
+    // The prediction first: the prompt's and the output's n-grams are then matched in it too.
+    drafter = std::make_unique<NgramDrafter>(options_.speculative.ngram);
+    HYLA_RETURN_IF_ERROR(drafter->append(params.predicted_tokens));
+    HYLA_RETURN_IF_ERROR(drafter->append(prompt));
+  }
   const RequestId id = next_id_++;
-  requests_.emplace(id, Request(id, std::move(prompt), params));
+  Request& r = requests_.emplace(id, Request(id, std::move(prompt), params)).first->second;
+  r.drafter = std::move(drafter);
+  r.spec_rng.seed(params.seed);
   return id;
 }
 
@@ -848,12 +863,13 @@ Result<StepPicks> Engine::run_step(const model::Batch& batch, bool host_rows) {
   const CurrentStream on(stream_.handle ? stream_ : current_stream());
   if (staging_) staging_->reset();
   HYLA_ASSIGN_OR_RETURN(const Tensor logits, model_.forward_batch(batch, memory_));
-  const int64_t V = model_.config().vocab_size, B = batch.num_sequences();
-  if (logits.dtype() != DType::kF32 || logits.ndim() != 2 || logits.size(0) != B ||
+  const int64_t V = model_.config().vocab_size,
+                rows = batch.logits_all ? int64_t(batch.tokens.size()) : batch.num_sequences();
+  if (logits.dtype() != DType::kF32 || logits.ndim() != 2 || logits.size(0) != rows ||
       logits.size(1) != V)
     return internal_error("Engine::step: forward_batch returned logits ",
                           logits.view().shape_string(), " ", dtype_name(logits.dtype()),
-                          ", expected [", B, ", ", V, "] f32");
+                          ", expected [", rows, ", ", V, "] f32");
   return pick(logits, host_rows);
 }
 
@@ -871,6 +887,9 @@ std::vector<TokenEvent> Engine::step() {
   pending_events_.clear();
   const std::vector<Scheduled> scheduled = schedule(events);
   if (scheduled.empty()) return events;
+  if (options_.speculative.drafter != SpeculativeOptions::Drafter::kNone &&
+      speculate(scheduled, events))
+    return events;
 
   model::Batch batch = build_batch(scheduled);
   // Prefix cache: slots for the states inside the prefill chunks, filled by the step.
@@ -930,6 +949,9 @@ std::vector<TokenEvent> Engine::step() {
     }
     r.generated.push_back(token);
     ++totals_.tokens_generated;
+    // The drafter goes with the request's tokens (one that cannot hold more stops drafting).
+    if (r.drafter && !r.drafter->append(std::span<const int32_t>(&token, 1)).ok())
+      r.drafter.reset();
     FinishReason reason = FinishReason::kNone;
     if (r.sampler.is_stop(token))
       reason = FinishReason::kStopToken;
@@ -946,6 +968,183 @@ std::vector<TokenEvent> Engine::step() {
     if (reason != FinishReason::kNone) release(r.id, reason, events);
   }
   return events;
+}
+
+std::vector<int32_t> Engine::drafts_for(Request& r) {
+  if (!r.drafter) return {};
+  // No draft past the request's last token (its max_new_tokens-th).
+  const int64_t left = r.sampler.params().max_new_tokens - int64_t(r.generated.size()) - 1;
+  const NgramDraft draft = r.drafter->propose(std::min(options_.speculative.draft_tokens, left));
+  std::vector<int32_t> drafts(draft.tokens.begin(), draft.tokens.end());
+  // The KV rows of 1 + K tokens, from free pages only (drafts never preempt anyone).
+  if (pages_ && !drafts.empty()) {
+    const int64_t more =
+        pages_for(r.processed + 1 + int64_t(drafts.size())) - int64_t(r.pages.size());
+    if (more > 0 && more <= pages_->free_pages()) {
+      std::optional<std::vector<int32_t>> pages = take_pages(more);
+      if (pages) r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+    }
+    // As many drafts as the pages hold.
+    const int64_t room = int64_t(r.pages.size()) * pages_->page_size() - r.processed - 1;
+    if (room < int64_t(drafts.size())) drafts.resize(size_t(std::max<int64_t>(room, 0)));
+  }
+  return drafts;
+}
+
+bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<TokenEvent>& events) {
+  // Only a step of decodes alone: the linear layers verify every sequence of a step or none.
+  for (const Scheduled& s : scheduled)
+    if (s.count != 1 || !s.request->prefill_done()) return false;
+  const int64_t B = int64_t(scheduled.size()), V = model_.config().vocab_size;
+  std::vector<std::vector<int32_t>> drafts(static_cast<size_t>(B));
+  bool any = false;
+  for (int64_t b = 0; b < B; ++b) {
+    drafts[size_t(b)] = drafts_for(*scheduled[size_t(b)].request);
+    any |= !drafts[size_t(b)].empty();
+  }
+  if (!any) return false;
+
+  // The batch: each request's last token and its drafts, every row's logits.
+  model::Batch batch;
+  batch.cu_seqlens.push_back(0);
+  bool host_rows = false;
+  for (int64_t b = 0; b < B; ++b) {
+    const Request& r = *scheduled[size_t(b)].request;
+    batch.tokens.push_back(r.generated.back());
+    batch.tokens.insert(batch.tokens.end(), drafts[size_t(b)].begin(), drafts[size_t(b)].end());
+    batch.cu_seqlens.push_back(int32_t(batch.tokens.size()));
+    batch.past.push_back(r.processed);
+    batch.state_slots.push_back(r.slot);
+    batch.page_tables.push_back(r.pages);
+    host_rows |= r.sampler.params().temperature != 0.0f || r.sampler.params().logprobs;
+  }
+  batch.logits_all = true;
+  batch.verify = true;
+  verify_record_.mode = options_.speculative.mode;
+  memory_.verify = &verify_record_;
+  ++totals_.steps;
+  totals_.last_step_tokens = int64_t(batch.tokens.size());
+  Result<StepPicks> picks = run_step(batch, host_rows);
+  const auto fail_all = [&](const std::string& message) {
+    for (const Scheduled& s : scheduled)
+      release(s.request->id, FinishReason::kError, events, message);
+  };
+  if (!picks.ok()) {
+    memory_.verify = nullptr;
+    fail_all(picks.status().message());
+    return true;
+  }
+
+  // Per request: the drafts that stand and one token more, cut at a stop token or the limit.
+  struct Outcome {
+    std::vector<TokenEvent> events;
+    FinishReason reason = FinishReason::kNone;
+    std::string error;
+  };
+  std::vector<Outcome> outcomes(static_cast<size_t>(B));
+  std::vector<int32_t> commit(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    Request& r = *scheduled[size_t(b)].request;
+    const std::vector<int32_t>& d = drafts[size_t(b)];
+    const int64_t first = batch.cu_seqlens[size_t(b)], rows = int64_t(d.size()) + 1;
+    Outcome& out = outcomes[size_t(b)];
+    for (int64_t j = 0; j < rows && out.error.empty(); ++j)
+      if (const int32_t bad = picks->bad(first + j); bad > 0)
+        out.error = str_cat(
+            "request ", r.id, ": the logits of step ", totals_.steps, " (verifying its token ",
+            r.generated.size() + 1 + j, ") hold ",
+            non_finite(picks->first_bad_value(first + j), picks->first_bad(first + j), bad, V),
+            "; the request is ended, the others go on");
+    if (!out.error.empty()) continue;
+    const SamplingParams& params = r.sampler.params();
+    std::vector<int32_t> tokens;
+    if (params.temperature == 0.0f) {  // greedy: the device's picks (the Sampler's own rule)
+      int64_t a = 0;
+      while (a < int64_t(d.size()) && d[size_t(a)] == picks->id(first + a)) ++a;
+      tokens.assign(d.begin(), d.begin() + a);
+      tokens.push_back(picks->id(first + a));
+    } else {
+      const std::span<const float> logits(picks->host_logits.host<float>() + first * V,
+                                          size_t(rows * V));
+      Result<Acceptance> verdict =
+          accept_drafts(logits, V, Drafts{.tokens = d}, r.sampler, r.spec_rng);
+      if (!verdict.ok()) {
+        out.error = str_cat("request ", r.id, ": ", verdict.status().message());
+        continue;
+      }
+      tokens = std::move(verdict->tokens);
+    }
+    totals_.spec_draft_tokens += int64_t(d.size());
+    totals_.spec_accepted_tokens += int64_t(tokens.size()) - 1;
+    for (size_t i = 0; i < tokens.size() && out.reason == FinishReason::kNone; ++i) {
+      const int32_t token = tokens[i];
+      std::optional<double> logprob;
+      std::vector<TokenLogprob> top;
+      if (params.logprobs) {
+        TokenLogprobs lp = token_logprobs(
+            std::span<const float>(picks->host_logits.host<float>() + (first + int64_t(i)) * V,
+                                   size_t(V)),
+            token, params.temperature, params.top_logprobs);
+        logprob = lp.logprob;
+        top = std::move(lp.top);
+      }
+      r.generated.push_back(token);
+      if (r.drafter && !r.drafter->append(std::span<const int32_t>(&token, 1)).ok())
+        r.drafter.reset();
+      if (r.sampler.is_stop(token))
+        out.reason = FinishReason::kStopToken;
+      else if (int64_t(r.generated.size()) >= params.max_new_tokens)
+        out.reason = FinishReason::kMaxTokens;
+      out.events.push_back(TokenEvent{.request = r.id,
+                                      .token = token,
+                                      .finished = out.reason != FinishReason::kNone,
+                                      .reason = out.reason,
+                                      .error = {},
+                                      .logprob = logprob,
+                                      .top_logprobs = std::move(top),
+                                      .cached_tokens = std::max<int64_t>(r.cached, 0)});
+    }
+    // The state goes on through the last token and every emitted one but the newest.
+    commit[size_t(b)] = int32_t(out.events.size());
+  }
+  ++totals_.spec_steps;
+  totals_.spec_sequences += B;
+  totals_.spec_record_bytes = verify_record_.bytes();
+  totals_.spec_record_sequences = B;
+  Status committed;
+  {
+    const CurrentStream on(stream_.handle ? stream_ : current_stream());
+    committed = model_.commit_verify(batch, commit, memory_);
+  }
+  memory_.verify = nullptr;
+  if (!committed.ok()) {
+    fail_all(committed.message());
+    return true;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    Request& r = *scheduled[size_t(b)].request;
+    Outcome& out = outcomes[size_t(b)];
+    if (!out.error.empty()) {
+      release(r.id, FinishReason::kError, events, std::move(out.error));
+      continue;
+    }
+    r.processed += commit[size_t(b)];
+    totals_.tokens_generated += commit[size_t(b)];
+    totals_.spec_emitted_tokens += commit[size_t(b)];
+    // Roll the page table back to the pages of the tokens kept and the next one.
+    if (pages_) {
+      const size_t keep = size_t(pages_for(r.processed + 1));
+      if (r.pages.size() > keep) {
+        drop_pages(std::span<const int32_t>(r.pages).subspan(keep));
+        r.pages.resize(keep);
+      }
+    }
+    if (cache_ && wants_snapshot(r)) snapshot(r, /*adopt=*/false);
+    for (TokenEvent& e : out.events) events.push_back(std::move(e));
+    if (out.reason != FinishReason::kNone) release(r.id, out.reason, events);
+  }
+  verify_record_.layers.clear();  // its tensors are not needed past the commit
+  return true;
 }
 
 bool Engine::idle() const { return requests_.empty() && pending_events_.empty(); }

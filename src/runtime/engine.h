@@ -32,6 +32,7 @@
 #include "runtime/memory/memory_plan.h"
 #include "runtime/memory/state_pool.h"
 #include "runtime/sampling.h"
+#include "runtime/spec/ngram_drafter.h"
 
 namespace hyla::runtime {
 
@@ -66,6 +67,22 @@ struct PrefixCacheOptions {
   /// quarter of an f32 slot. Snapshots in the state pool stay exact.
   bool int8_snapshots = false;
 };
+
+/// Speculative decoding (DESIGN.md §6): decode steps verify drafted tokens, 1 + K per request.
+struct SpeculativeOptions {
+  enum class Drafter : uint8_t {
+    kNone,   ///< plain decoding
+    kNgram,  ///< drafts from the request's own tokens (runtime/spec/ngram_drafter.h)
+  };
+  Drafter drafter = Drafter::kNone;
+  int64_t draft_tokens = 4;  ///< K: drafts per request and step, in [1, kMaxDraftTokens]
+  /// How the linear layers roll back to the accepted tokens (model/verify.h).
+  model::VerifyMode mode = model::VerifyMode::kReplay;
+  NgramOptions ngram{};
+};
+
+/// The most drafts one verify step takes per request.
+inline constexpr int64_t kMaxDraftTokens = 16;
 
 struct EngineOptions {
   int64_t memory_budget_bytes = int64_t{256} << 20;  ///< state slots + KV pages, see plan_memory
@@ -102,6 +119,9 @@ struct EngineOptions {
   /// prefixes' KV in pages that none holds: both are taken back (least recently used first)
   /// before a request waits or is preempted. Needs linear and attention layers (else ignored).
   PrefixCacheOptions prefix_cache{};
+  /// Off by default. A step whose sequences are all decodes verifies each one's drafts; steps
+  /// with prefill chunks decode one token each, as without it.
+  SpeculativeOptions speculative{};
 };
 
 /// The MemoryPlanOptions (dtypes, page size, device, scratch) that `options` implies.
@@ -170,6 +190,16 @@ struct EngineStats {
   int64_t cache_device_tier_hits = 0;       ///< hits resumed from the device tier
   int64_t cache_tokens = 0;                 ///< tokens the tree lists now
   int64_t cache_pages = 0;                  ///< KV pages only the cache holds now
+  // Speculative decoding (all zero when it is off):
+  int64_t spec_steps = 0;            ///< verify steps run
+  int64_t spec_sequences = 0;        ///< sequences verified, over those steps
+  int64_t spec_draft_tokens = 0;     ///< drafts verified
+  int64_t spec_accepted_tokens = 0;  ///< ... that stood
+  int64_t spec_emitted_tokens = 0;   ///< tokens verify steps emitted (accepted + one new each)
+  /// Bytes the linear layers kept for the last verify step's commit (model/verify.h), and its
+  /// sequences: per-draft states grow with K, replay inputs far less.
+  int64_t spec_record_bytes = 0;
+  int64_t spec_record_sequences = 0;
 };
 
 /// Owns the pools of one model and schedules requests over them, FCFS. Not thread-safe: one
@@ -252,6 +282,9 @@ class Engine {
     /// Prefix cache: where the prefill stops once to leave a snapshot where the tree branches
     /// (the end of what matched), 0 for none.
     int64_t branch = 0;
+    /// Speculative decoding: the drafter over prompt + generated, and the acceptance draws.
+    std::unique_ptr<NgramDrafter> drafter;
+    std::mt19937_64 spec_rng;
     bool prefill_done() const { return processed >= prefill_len; }
   };
   /// One sequence of the step's batch.
@@ -325,6 +358,13 @@ class Engine {
   /// Gives every decoding request the page its next token needs, preempting the most recently
   /// admitted requests while the pool has too few; ends those that could never fit (kError).
   void grow_decodes(std::vector<TokenEvent>& events);
+  /// A step of decodes alone, when speculation is on and some request has drafts: verifies them
+  /// (one forward over 1 + K tokens each), emits the accepted tokens and one more, and rolls the
+  /// state and page table back to them. False (nothing done): the step decodes as usual.
+  bool speculate(const std::vector<Scheduled>& scheduled, std::vector<TokenEvent>& events);
+  /// Up to K drafts for `r`'s next tokens, with the KV pages they need taken (fewer, or none,
+  /// when the pool has too few free).
+  std::vector<int32_t> drafts_for(Request& r);
   /// Frees the request's slot and pages and drops it.
   void release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
                std::string error = {});
@@ -355,8 +395,9 @@ class Engine {
   std::map<RequestId, Request> requests_;        ///< waiting and running, in arrival (id) order
   std::vector<TokenEvent> pending_events_;       ///< cancels, reported by the next step
   RequestId next_id_ = 0;
-  int64_t admissions_ = 0;  ///< admissions so far (Request::admission)
-  EngineStats totals_;      ///< finished, tokens_generated, prompt_tokens, steps, preemptions
+  int64_t admissions_ = 0;             ///< admissions so far (Request::admission)
+  model::VerifyRecord verify_record_;  ///< the linear layers' record of the last verify step
+  EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps, preemptions
 };
 
 /// Runs `prompts` through one engine to completion: the generated ids of each prompt, in order.

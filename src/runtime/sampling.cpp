@@ -49,6 +49,12 @@ Status validate(const SamplingParams& params, int64_t vocab_size) {
       return out_of_range("sampling: stop_token_ids[", i, "] is ", token, ", expected in [0, ",
                           vocab_size, ") (the vocabulary)");
   }
+  for (size_t i = 0; i < params.predicted_tokens.size(); ++i) {
+    const int32_t token = params.predicted_tokens[i];
+    if (token < 0 || token >= vocab_size)
+      return out_of_range("sampling: predicted_tokens[", i, "] is ", token, ", expected in [0, ",
+                          vocab_size, ") (the vocabulary)");
+  }
   return ok_status();
 }
 

@@ -34,6 +34,10 @@ struct SamplingParams {
   /// Also report this many most likely tokens per step, best first (TokenEvent::top_logprobs);
   /// in [0, kMaxTopLogprobs], > 0 only with logprobs (as OpenAI's API). Capped at the vocabulary.
   int64_t top_logprobs = 0;
+  /// The output the caller expects, mostly (OpenAI's "predicted outputs"): with n-gram
+  /// speculation the drafter looks for the sequence's last tokens here as well as in the prompt
+  /// and the tokens so far. Changes no token, only how many drafts stand. Each in [0, vocab).
+  std::vector<int32_t> predicted_tokens{};
 };
 
 /// The most top_logprobs a request may ask for (OpenAI's limit).

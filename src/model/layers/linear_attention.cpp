@@ -6,6 +6,7 @@
 #include "kernels/causal_conv1d.h"
 #include "kernels/copy.h"
 #include "kernels/gated_delta_rule.h"
+#include "kernels/gather_rows.h"
 
 namespace hyla::model {
 
@@ -105,6 +106,19 @@ LayerState linear_new_state(const ModelConfig& config) {
 
 Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                        const LinearMemory& memory, const TensorView& mixed) {
+  if (memory.verify) {  // from each slot's window, which stays; the inputs kept for the commit
+    memory.verify->qkv = Tensor::empty({qkv.size(0), qkv.size(1)}, DType::kF32, qkv.device());
+    HYLA_RETURN_IF_ERROR(kernels::copy({.x = qkv, .y = memory.verify->qkv}));
+    return kernels::causal_conv1d({.x = qkv,
+                                   .weight = conv_weight,
+                                   .bias = {},
+                                   .cu_seqlens = memory.cu_seqlens,
+                                   .conv_state = memory.conv_pool,
+                                   .initial_slots = memory.slots,
+                                   .final_slots = {},
+                                   .silu = true,
+                                   .y = mixed});
+  }
   if (memory.decode) {  // one token per sequence: slide each window
     return kernels::causal_conv1d_update({.x = qkv,
                                           .weight = conv_weight,
@@ -141,6 +155,22 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
   p.final_slots = memory.slots;
   p.use_qk_l2norm = true;
   p.o = o;
+  if (memory.verify) {  // token by token from each slot, nothing written back (model/verify.h)
+    p.final_slots = {};
+    LinearVerifyRecord& record = *memory.verify;
+    if (memory.verify_mode == VerifyMode::kStepStates) {
+      const TensorView& pool = memory.ssm_pool;
+      record.step_states = Tensor::empty({q.size(0), pool.size(1), pool.size(2), pool.size(3)},
+                                         DType::kF32, q.device());
+      p.step_states = record.step_states;
+    } else {
+      record.g = Tensor::empty(g.ndim(), g.shape(), DType::kF32, g.device());
+      record.beta = Tensor::empty(beta.ndim(), beta.shape(), DType::kF32, beta.device());
+      HYLA_RETURN_IF_ERROR(kernels::copy({.x = g, .y = record.g}));
+      HYLA_RETURN_IF_ERROR(kernels::copy({.x = beta, .y = record.beta}));
+    }
+    return kernels::gated_delta_rule_recurrent(p);
+  }
   const LinearPrefillBackend prefill = memory.backends.prefill;
   if (memory.decode || prefill == LinearPrefillBackend::kRecurrent)
     return kernels::gated_delta_rule_recurrent(p);
@@ -169,6 +199,63 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
   return for_each_boundary(memory, [&](int64_t, int64_t, int64_t e, int32_t slot) {
     return kernels::copy({.x = boundary.view().select(e), .y = memory.ssm_pool.select(slot)});
   });
+}
+
+namespace {
+
+/// Rows `rows` of `x` viewed as [T, W] (its leading dimension kept, the rest flattened).
+Result<Tensor> gather(const Tensor& x, const TensorView& rows) {
+  const int64_t T = x.size(0), W = x.numel() / std::max<int64_t>(T, 1);
+  Tensor y = Tensor::empty({rows.size(0), W}, DType::kF32, x.device());
+  HYLA_RETURN_IF_ERROR(
+      kernels::gather_rows({.x = x.view().reshape({T, W}), .index = rows, .y = y}));
+  return y;
+}
+
+}  // namespace
+
+Status linear_commit_verify(const ModelConfig& config, const TensorView& conv_weight,
+                            const LinearVerifyRecord& record, VerifyMode mode,
+                            const LinearMemory& memory, const TensorView& rows,
+                            std::span<const int32_t> last_rows, std::span<const int32_t> slots) {
+  const LinearAttentionConfig& l = config.linear;
+  const int64_t N = rows.size(0), D = record.qkv.size(1);
+  // The conv over the accepted inputs from each slot's window, written back: the window advances.
+  HYLA_ASSIGN_OR_RETURN(const Tensor qkv, gather(record.qkv, rows));
+  Tensor mixed = Tensor::empty({N, D}, DType::kF32, qkv.device());
+  HYLA_RETURN_IF_ERROR(kernels::causal_conv1d({.x = qkv,
+                                               .weight = conv_weight,
+                                               .bias = {},
+                                               .cu_seqlens = memory.cu_seqlens,
+                                               .conv_state = memory.conv_pool,
+                                               .initial_slots = memory.slots,
+                                               .final_slots = memory.slots,
+                                               .silu = true,
+                                               .y = mixed}));
+  if (mode == VerifyMode::kStepStates) {  // the state after each sequence's last accepted token
+    for (size_t b = 0; b < slots.size(); ++b)
+      HYLA_RETURN_IF_ERROR(kernels::copy({.x = record.step_states.view().select(last_rows[b]),
+                                          .y = memory.ssm_pool.select(slots[b])}));
+    return ok_status();
+  }
+  // Replay: the recurrence over the accepted tokens from each slot's state, written back.
+  const int64_t qk = l.num_k_heads * l.head_k_dim, value = l.num_v_heads * l.head_v_dim;
+  HYLA_ASSIGN_OR_RETURN(Tensor g, gather(record.g, rows));
+  HYLA_ASSIGN_OR_RETURN(Tensor beta, gather(record.beta, rows));
+  Tensor o = Tensor::empty({N, l.num_v_heads, l.head_v_dim}, DType::kF32, qkv.device());
+  kernels::GatedDeltaRuleParams p;
+  p.q = mixed.view().narrow(1, 0, qk).unflatten_last(l.num_k_heads, l.head_k_dim);
+  p.k = mixed.view().narrow(1, qk, qk).unflatten_last(l.num_k_heads, l.head_k_dim);
+  p.v = mixed.view().narrow(1, 2 * qk, value).unflatten_last(l.num_v_heads, l.head_v_dim);
+  p.g = record.g.ndim() == 3 ? g.view().unflatten_last(l.num_v_heads, l.head_k_dim) : g.view();
+  p.beta = beta;
+  p.cu_seqlens = memory.cu_seqlens;
+  p.state_pool = memory.ssm_pool;
+  p.initial_slots = memory.slots;
+  p.final_slots = memory.slots;
+  p.use_qk_l2norm = true;
+  p.o = o;
+  return kernels::gated_delta_rule_recurrent(p);
 }
 
 }  // namespace hyla::model

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 
 #include "core/tensor.h"
 #include "model/config.h"
@@ -43,5 +44,14 @@ Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
 Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& g, const TensorView& beta, const LinearMemory& memory,
                   const TensorView& o);
+
+/// After a verify step (model/verify.h): installs in each sequence's slot the conv window and SSM
+/// state after its accepted tokens. `memory` describes the accepted tokens only (cu_seqlens over
+/// them, slots on the device), `rows` [N] i32 (device) their rows in the verify step;
+/// `last_rows` and `slots` (host) each sequence's last accepted row and its slot.
+Status linear_commit_verify(const ModelConfig& config, const TensorView& conv_weight,
+                            const LinearVerifyRecord& record, VerifyMode mode,
+                            const LinearMemory& memory, const TensorView& rows,
+                            std::span<const int32_t> last_rows, std::span<const int32_t> slots);
 
 }  // namespace hyla::model
