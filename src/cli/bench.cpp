@@ -13,6 +13,7 @@
 #include <random>
 
 #include "cli/bench_prefix.h"
+#include "cli/bench_spec.h"
 #include "cli/device.h"
 #include "cli/generate.h"
 #include "core/op_times.h"
@@ -255,11 +256,14 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
       {"warm_up", {std::min<int64_t>(64, options.prompt.front())}, 2, options.step_tokens, false});
   if (!warm.ok()) return fail(err, str_cat("warm-up: ", warm.status().message()));
 
-  if (options.workload == "prefix") {
+  if (options.workload == "prefix" || options.workload == "speculative") {
     nlohmann::json rows = nlohmann::json::array();
     const Status ran =
-        run_prefix_workload(*model.value(), device.value(), options, commit, out, rows);
-    if (!ran.ok()) return fail(err, str_cat("prefix workload: ", ran.message()));
+        options.workload == "prefix"
+            ? run_prefix_workload(*model.value(), device.value(), options, commit, out, rows)
+            : run_speculative_workload(*model.value(), device.value(), options, commit, out,
+                                       rows);
+    if (!ran.ok()) return fail(err, str_cat(options.workload, " workload: ", ran.message()));
     if (!options.json_path.empty()) {
       std::ofstream file(options.json_path);
       file << rows.dump(2) << "\n";
@@ -371,8 +375,9 @@ Status validate(const BenchOptions& o) {
   if (o.step_tokens < runtime::kPrefillAlign || o.step_tokens > kMaxTokens)
     return invalid_argument("--step-tokens is ", o.step_tokens, ", expected an integer in [",
                             runtime::kPrefillAlign, ", ", kMaxTokens, "]");
-  if (o.workload != "standard" && o.workload != "prefix")
-    return invalid_argument("--workload is '", o.workload, "', expected standard or prefix");
+  if (o.workload != "standard" && o.workload != "prefix" && o.workload != "speculative")
+    return invalid_argument("--workload is '", o.workload,
+                            "', expected standard, prefix or speculative");
   if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
       std::end(kDeviceNames))
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");

@@ -31,7 +31,8 @@ struct BenchOptions {
   int64_t step_tokens = 2048;                   ///< prefill chunk (EngineOptions::max_batch_tokens)
   std::string json_path;                        ///< empty: no JSON file
   /// standard: the cases above; prefix: the prefix cache's workload (cli/bench_prefix.h), cache
-  /// off and on (--new is its reply length, --step-tokens its chunk).
+  /// off and on (--new is its reply length, --step-tokens its chunk); speculative: decode with
+  /// and without n-gram speculation (cli/bench_spec.h; --batch, --new).
   std::string workload = "standard";
   /// Also run every case with the time split by layer kind (model/layer_times.h; synchronised at
   /// each layer, so slower): a second table of ms per step, and "layer_ms_per_step" in the JSON.

@@ -177,9 +177,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 20));
   bn->add_option("--json", bench.json_path, "also write the results to this JSON file");
   bn->add_option("--workload", bench.workload,
-                 "standard (the cases above) or prefix (the prefix cache's workload: shared system "
-                 "prompt, multi-turn chats, repeated documents; cache off and on)")
-      ->check(CLI::IsMember({"standard", "prefix"}));
+                 "standard (the cases above), prefix (the prefix cache's workload: shared system "
+                 "prompt, multi-turn chats, repeated documents; cache off and on) or speculative "
+                 "(decode with n-gram speculation off and on, repetitive and random prompts, "
+                 "each --batch)")
+      ->check(CLI::IsMember({"standard", "prefix", "speculative"}));
   bn->add_flag("--profile", bench.profile,
                "then run each case again with its time split by layer kind (ms per step; each "
                "layer waits for the device)");

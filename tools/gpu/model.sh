@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): the whole model on the GPU.
-#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|prefix|serve|all]...
+#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|prefix|spec|serve|all]...
 #   (default: tests demo)
 # tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
 # embedded demo model. kbench: the kernel benchmarks of bench/ (paged attention, MoE). ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
@@ -12,6 +12,8 @@
 # to the next): llama.cpp builds in the background while the checkpoint is written and `hyla bench`
 # runs, then llama.cpp converts and runs its rows (~9 min in all).
 # prefix: `hyla bench --workload prefix` on the demo model (the prefix cache off and on).
+# spec: `hyla bench --workload speculative` on the demo model, and `hyla generate` on a counting
+# prompt with speculation off and on.
 # serve: `hyla serve --device cuda` on the demo model driven by hyla_serve_load at 1, 16, 64, 256
 # streams, next to `hyla generate` and `hyla bench` there (tools/serve_bench.sh; its files under
 # $OUT/serve_bench). Needs the tokenizer in the build (tokenizer_deps.sh; ~3 min in all).
@@ -113,6 +115,17 @@ fi
 if want prefix; then
   echo "== prefix cache workload (hyla bench --workload prefix) on the demo model"
   timeout 300 $hyla bench --device cuda --workload prefix --new 32 --json "$OUT/prefix_workload.json" 2>&1 | tail -8
+fi
+if want spec; then
+  echo "== speculative decoding (hyla bench --workload speculative) on the demo model"
+  timeout 300 $hyla bench --device cuda --workload speculative --batch 1 --batch 16 --batch 64 \
+    --new 128 --json "$OUT/spec_workload.json" 2>&1 | tail -24
+  prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"
+  for spec in off ngram; do
+    echo "== generate --temperature 0 --speculative $spec: $prompt"
+    timeout 120 $hyla generate --device cuda --temperature 0 --speculative $spec \
+      --max-new-tokens 128 "$prompt" 2>&1 | tail -2
+  done
 fi
 if want serve; then
   if [[ -x ./build-gpu/bin/hyla_serve_load ]]; then

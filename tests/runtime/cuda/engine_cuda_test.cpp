@@ -18,6 +18,7 @@
 #include "core/device_memory.h"
 #include "kernels/cuda/cuda_testing.h"
 #include "runtime/prefix_cache_testing.h"
+#include "runtime/speculative_testing.h"
 
 namespace hyla::runtime {
 namespace {
@@ -186,6 +187,15 @@ TEST_P(EngineCudaTest, PrefixCacheStatesInsideAChunkAreSnapshots) {
 TEST_P(EngineCudaTest, PrefixCacheTierRoundTrips) {
   for (const TierSetup& setup : kTierSetups)
     expect_prefix_cache_tier_round_trip(GetParam(), Device::cuda(), setup);
+}
+
+TEST_P(EngineCudaTest, SpeculativeGreedyEqualsPlainDecoding) {
+  for (const model::VerifyMode mode : {model::VerifyMode::kReplay, model::VerifyMode::kStepStates})
+    for (const bool cache : {false, true}) {
+      SCOPED_TRACE(str_cat(mode == model::VerifyMode::kReplay ? "replay" : "step states",
+                           cache ? ", cache on" : ", cache off"));
+      expect_speculative_greedy_equals_plain(GetParam(), Device::cuda(), mode, cache);
+    }
 }
 
 TEST_P(EngineCudaTest, PrefixCacheEvictionKeepsTokensRight) {
