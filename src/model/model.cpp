@@ -533,7 +533,9 @@ Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepte
     const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
                               .ssm_pool = memory.ssm_state[size_t(i)],
                               .slots = slots_d,
-                              .cu_seqlens = cu_d};
+                              .cu_seqlens = cu_d,
+                              .decode = false,
+                              .backends = linear_backends_};
     const DecoderLayer& layer = layers_[size_t(i)];
     HYLA_RETURN_IF_ERROR(linear_commit_verify(
         config_, kind == MixerKind::kGatedDeltaNet ? layer.gdn.conv : layer.kda.conv,

@@ -94,7 +94,9 @@ inline void expect_speculative_greedy_equals_plain(const std::string& arch, Devi
   EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft stood: the accept path went untested";
   EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens)
       << "no draft was rejected: the rollback went untested";
-  if (cache) EXPECT_GT(s.cache_hits, 0);
+  if (cache) {
+    EXPECT_GT(s.cache_hits, 0);
+  }
   EXPECT_EQ(s.running + s.waiting, 0);
   EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);
   EXPECT_EQ(s.free_pages + s.cache_pages, engine->plan().kv_pages);
