@@ -261,8 +261,7 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
     const Status ran =
         options.workload == "prefix"
             ? run_prefix_workload(*model.value(), device.value(), options, commit, out, rows)
-            : run_speculative_workload(*model.value(), device.value(), options, commit, out,
-                                       rows);
+            : run_speculative_workload(*model.value(), device.value(), options, commit, out, rows);
     if (!ran.ok()) return fail(err, str_cat(options.workload, " workload: ", ran.message()));
     if (!options.json_path.empty()) {
       std::ofstream file(options.json_path);

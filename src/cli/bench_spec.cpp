@@ -68,8 +68,8 @@ Result<Figures> run(const model::Model& model, Device device, const BenchOptions
     options.speculative.draft_tokens = kDraftTokens;
     options.speculative.mode = setup.mode;
   }
-  std::vector<int64_t> tokens(batch.size(), int64_t(batch.front().size()) + o.new_tokens +
-                                                kDraftTokens);
+  std::vector<int64_t> tokens(batch.size(),
+                              int64_t(batch.front().size()) + o.new_tokens + kDraftTokens);
   HYLA_ASSIGN_OR_RETURN(const runtime::MemorySizing sizing,
                         runtime::size_engine_memory(model.config(), options, tokens));
   options.memory_budget_bytes = sizing.budget_bytes;
@@ -118,8 +118,9 @@ Status run_speculative_workload(const model::Model& model, Device device,
         const runtime::EngineStats& s = f.stats;
         const double tps = double(f.decode_tokens) / f.decode_seconds;
         if (!setup.speculate) base = tps;
-        const double rate =
-            s.spec_draft_tokens > 0 ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens) : 0;
+        const double rate = s.spec_draft_tokens > 0
+                                ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens)
+                                : 0;
         const double per_verify =
             s.spec_sequences > 0 ? double(s.spec_emitted_tokens) / double(s.spec_sequences) : 0;
         const double record = s.spec_record_sequences > 0

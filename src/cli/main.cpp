@@ -231,6 +231,18 @@ int main(int argc, char** argv) {
          "keep snapshots outside the state pool in int8 (one scale per SSM row): on or off "
          "(default)")
       ->check(CLI::IsMember({"on", "off"}));
+  srv->add_option_function<std::string>(
+         "--speculative", [&serve](const std::string& v) { serve.speculative = v == "ngram"; },
+         "speculative decoding: off (default) or ngram (drafts from the prompt, the output so far "
+         "and a request's 'prediction', verified by the model)")
+      ->check(CLI::IsMember({"off", "ngram"}));
+  srv->add_option("--draft-tokens", serve.draft_tokens,
+                  "drafts per request and step with --speculative (default 4)")
+      ->check(CLI::Range(int64_t{1}, int64_t{16}));  // runtime::kMaxDraftTokens
+  srv->add_option_function<std::string>(
+         "--spec-mode", [&serve](const std::string& v) { serve.spec_replay = v == "replay"; },
+         "how linear layers roll back to the accepted drafts: replay (default) or states")
+      ->check(CLI::IsMember({"replay", "states"}));
   srv->add_option("--port", serve.port, "port to listen on (default 8080; 0: any free port)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}));
   srv->add_option("--device", serve.device, "cpu, cuda, or auto (default: cuda when visible)")

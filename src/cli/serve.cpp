@@ -94,6 +94,11 @@ int serve(const ServeOptions& options) {
   engine_options.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
   engine_options.prefix_cache.device_tier_bytes = options.prefix_cache_device_mib << 20;
   engine_options.prefix_cache.int8_snapshots = options.prefix_cache_int8;
+  if (options.speculative)
+    engine_options.speculative.drafter = runtime::SpeculativeOptions::Drafter::kNgram;
+  engine_options.speculative.draft_tokens = options.draft_tokens;
+  engine_options.speculative.mode =
+      options.spec_replay ? model::VerifyMode::kReplay : model::VerifyMode::kStepStates;
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
   if (options.state_ratio && !options.budget_mib)
     return fail("--state-ratio splits --budget-mib: give both");

@@ -129,6 +129,10 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
         stats.cache_device_tier_bytes);
   counter(out, "hyla_prefix_cache_device_tier_hits_total", "Hits resumed from the device tier.",
           stats.cache_device_tier_hits);
+  counter(out, "hyla_spec_verify_steps_total", "Speculative verify steps.", stats.spec_steps);
+  counter(out, "hyla_spec_draft_tokens_total", "Draft tokens verified.", stats.spec_draft_tokens);
+  counter(out, "hyla_spec_accepted_tokens_total", "Draft tokens accepted.",
+          stats.spec_accepted_tokens);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
   out += str_cat(
       "# HELP hyla_preemptions_total Running requests sent back to waiting to free KV pages "

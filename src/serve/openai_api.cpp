@@ -310,6 +310,43 @@ bool parse_generation_request(Endpoint endpoint, std::string_view text, const Ap
   out.params.seed = seed ? uint64_t(*seed) : random_seed();
   out.params.stop_token_ids = context.stop_token_ids;
 
+  // Predicted outputs: {"type": "content", "content": text or [{"type": "text", "text": ...}]};
+  // the text's tokens feed the n-gram drafter (speculation on), and change no token.
+  if (const ordered_json* prediction = field(body, "prediction")) {
+    const ordered_json* type = prediction->is_object() ? field(*prediction, "type") : nullptr;
+    const ordered_json* content = prediction->is_object() ? field(*prediction, "content") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "content" ||
+        content == nullptr)
+      return fail(error, "prediction",
+                  "'prediction' must be {\"type\": \"content\", \"content\": ...}");
+    std::string text;
+    if (content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t i = 0; i < content->size(); ++i) {
+        const ordered_json& part = (*content)[i];
+        const ordered_json* part_text = part.is_object() ? field(part, "text") : nullptr;
+        if (part_text == nullptr || !part_text->is_string())
+          return fail(error, "prediction",
+                      str_cat("'prediction.content[", i,
+                              "]' must be {\"type\": \"text\", "
+                              "\"text\": string}"));
+        text += part_text->get<std::string>();
+      }
+    } else {
+      return fail(error, "prediction",
+                  str_cat("'prediction.content' must be a string or an array of text parts, got ",
+                          type_name(*content)));
+    }
+    Result<std::vector<int32_t>> ids = context.tokenizer->try_encode(text);
+    if (!ids.ok()) return fail(error, "prediction", ids.status().message());
+    if (context.max_context > 0 && int64_t(ids->size()) > context.max_context)
+      return fail(error, "prediction",
+                  str_cat("'prediction' has ", ids->size(),
+                          " tokens, more than the model's context of ", context.max_context));
+    out.params.predicted_tokens = std::move(ids).value();
+  }
+
   if (const ordered_json* stop = field(body, "stop")) {
     if (stop->is_string()) {
       out.stop.push_back(stop->get<std::string>());

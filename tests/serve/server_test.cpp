@@ -192,11 +192,12 @@ ServerOptions test_options() {
 }
 
 std::unique_ptr<TestServer> start_server(int64_t max_waiting = 256, int64_t max_running = 64,
-                                         ServerOptions server_options = test_options()) {
+                                         ServerOptions server_options = test_options(),
+                                         std::optional<runtime::EngineOptions> options = {}) {
   Shared* shared = shared_model();
   auto t = std::make_unique<TestServer>();
   Result<std::unique_ptr<runtime::Engine>> engine =
-      runtime::Engine::create(*shared->model, engine_options(max_running));
+      runtime::Engine::create(*shared->model, options.value_or(engine_options(max_running)));
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   if (!engine.ok()) return nullptr;
   t->engine = std::move(engine).value();
@@ -1027,6 +1028,40 @@ TEST_F(ServerTest, HostNamesAndIPv6LiteralsAreListenedOn) {
         << server.status().message();
   }
   loop.stop();
+}
+
+// With n-gram speculation on, a greedy request gives the engine's plain text, and a request's
+// 'prediction' (OpenAI's predicted outputs) feeds the drafter: predicting the text itself makes
+// drafts stand (counted in /metrics). A malformed prediction answers 400 naming the field.
+TEST_F(ServerTest, SpeculationWithAPredictionGivesThePlainText) {
+  runtime::EngineOptions options = engine_options();
+  options.speculative.drafter = runtime::SpeculativeOptions::Drafter::kNgram;
+  auto t = start_server(256, 64, test_options(), options);
+  ASSERT_NE(t, nullptr);
+  const std::vector<int32_t> prompt = shared_model()->tokenizer->encode(kPrompt);
+  const std::string want = join(reference_pieces(prompt, 40));
+  ASSERT_FALSE(want.empty());
+  for (const bool predicted : {false, true}) {
+    SCOPED_TRACE(predicted ? "with the text as prediction" : "without a prediction");
+    json request = {{"prompt", kPrompt}, {"max_tokens", 40}, {"temperature", 0}};
+    if (predicted) request["prediction"] = {{"type", "content"}, {"content", want}};
+    HttpResult r = post(t->port, "/v1/completions", request);
+    ASSERT_EQ(r.status, 200) << r.body << r.error;
+    EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want);
+  }
+  EXPECT_GT(t->engine->stats().spec_accepted_tokens, 0);
+  const HttpResult metrics = send(t->port, http::verb::get, "/metrics");
+  EXPECT_NE(metrics.body.find("hyla_spec_accepted_tokens_total"), std::string::npos);
+  for (const json& bad :
+       {json("text"), json({{"type", "content"}}), json({{"type", "other"}, {"content", "x"}}),
+        json({{"type", "content"}, {"content", 5}}),
+        json({{"type", "content"}, {"content", json::array({json(3)})}})}) {
+    SCOPED_TRACE(bad.dump());
+    HttpResult r = post(t->port, "/v1/completions",
+                        {{"prompt", kPrompt}, {"max_tokens", 4}, {"prediction", bad}});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("prediction"), std::string::npos) << r.body;
+  }
 }
 
 }  // namespace
