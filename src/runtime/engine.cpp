@@ -287,7 +287,11 @@ Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParam
   const RequestId id = next_id_++;
   Request& r = requests_.emplace(id, Request(id, std::move(prompt), params)).first->second;
   r.drafter = std::move(drafter);
-  r.spec_rng.seed(params.seed);
+  // The acceptance draws have a stream of their own: seeded like the Sampler's, their first
+  // uniform would be the one that picked the request's last token, so a token drawn from the low
+  // end of [0, 1) would then accept drafts more often and the output would leave p's law
+  // (Speculative.SamplingKeepsTheDistribution).
+  r.spec_rng.seed(params.seed ^ 0x9E3779B97F4A7C15ull);
   return id;
 }
 
