@@ -525,8 +525,11 @@ Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepte
   }
   if (slots.empty()) return ok_status();
   const Device dev = device();
-  const Tensor rows_d = upload_i32(rows, dev, nullptr), cu_d = upload_i32(cu, dev, nullptr),
-               slots_d = upload_i32(slots, dev, nullptr);
+  // Through the step's staging when there is one (the verify step's own uploads have been read:
+  // its logits came back to the host before the commit).
+  const Tensor rows_d = upload_i32(rows, dev, memory.staging),
+               cu_d = upload_i32(cu, dev, memory.staging),
+               slots_d = upload_i32(slots, dev, memory.staging);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const MixerKind kind = config_.mixers[size_t(i)];
     if (!is_linear_mixer(kind)) continue;

@@ -1119,6 +1119,8 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   {
     const CurrentStream on(stream_.handle ? stream_ : current_stream());
     committed = model_.commit_verify(batch, commit, memory_);
+    // Its uploads went through the pinned staging that the next step packs into: wait for them.
+    device_synchronize(options_.device);
   }
   memory_.verify = nullptr;
   if (!committed.ok()) {
