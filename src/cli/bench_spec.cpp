@@ -2,10 +2,13 @@
 #include "cli/bench_spec.h"
 
 #include <chrono>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "core/op_times.h"
 #include "runtime/engine.h"
 
 namespace hyla::cli {
@@ -57,7 +60,8 @@ std::vector<Tokens> prompts(const std::string& kind, int64_t B, int64_t vocab) {
 }
 
 Result<Figures> run(const model::Model& model, Device device, const BenchOptions& o,
-                    const Setup& setup, const std::vector<Tokens>& batch) {
+                    const Setup& setup, const std::vector<Tokens>& batch,
+                    OpTimes* times = nullptr) {
   runtime::EngineOptions options;
   options.device = device;
   options.max_batch_tokens = o.step_tokens;
@@ -82,6 +86,7 @@ Result<Figures> run(const model::Model& model, Device device, const BenchOptions
   Figures f;
   std::vector<int64_t> seen(batch.size(), 0);
   std::optional<Clock::time_point> first;
+  const OpTimes::Activate profiling(times);
   while (!engine->idle()) {
     for (const runtime::TokenEvent& e : engine->step()) {
       if (e.reason == runtime::FinishReason::kError) return internal_error(e.error);
@@ -92,6 +97,7 @@ Result<Figures> run(const model::Model& model, Device device, const BenchOptions
   }
   f.decode_seconds = std::chrono::duration<double>(Clock::now() - *first).count();
   f.stats = engine->stats();
+  if (times) times->collect();
   return f;
 }
 
@@ -143,6 +149,38 @@ Status run_speculative_workload(const model::Model& model, Device device,
         results.push_back(row);
       }
     }
+  }
+  if (!options.profile) return ok_status();
+  // --profile: where a token's time goes, per op (CUDA graphs off in every row, as profiling
+  // needs), for the repetitive prompts at the first --batch.
+  const std::vector<Tokens> batch =
+      prompts("repetitive", options.batch.front(), model.config().vocab_size);
+  std::vector<OpTimes> times(std::size(kSetups));
+  std::vector<int64_t> tokens(std::size(kSetups));
+  for (size_t i = 0; i < std::size(kSetups); ++i) {
+    HYLA_ASSIGN_OR_RETURN(const Figures f,
+                          run(model, device, options, kSetups[i], batch, &times[i]));
+    tokens[i] = f.stats.tokens_generated;
+  }
+  std::fprintf(out,
+               "\nprofile (repetitive, B %lld): microseconds per generated token, by op\n\n| op |",
+               static_cast<long long>(options.batch.front()));
+  for (const Setup& s : kSetups) std::fprintf(out, " %s us | calls |", s.name);
+  std::fprintf(out, "\n|---|");
+  for (size_t i = 0; i < std::size(kSetups); ++i) std::fprintf(out, "---:|---:|");
+  std::fprintf(out, "\n");
+  std::map<std::string, bool> names;
+  for (const OpTimes& t : times)
+    for (const auto& [name, entry] : t.entries()) names[name] = true;
+  for (const auto& [name, unused] : names) {
+    std::fprintf(out, "| %s |", name.c_str());
+    for (size_t i = 0; i < times.size(); ++i) {
+      const auto it = times[i].entries().find(name);
+      const OpTimes::Entry e = it == times[i].entries().end() ? OpTimes::Entry{} : it->second;
+      std::fprintf(out, " %.1f | %lld |", 1e6 * e.seconds / double(std::max<int64_t>(tokens[i], 1)),
+                   static_cast<long long>(e.calls));
+    }
+    std::fprintf(out, "\n");
   }
   return ok_status();
 }
