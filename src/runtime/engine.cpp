@@ -978,7 +978,9 @@ std::vector<int32_t> Engine::drafts_for(Request& r) {
   if (!r.drafter) return {};
   // No draft past the request's last token (its max_new_tokens-th).
   const int64_t left = r.sampler.params().max_new_tokens - int64_t(r.generated.size()) - 1;
-  const NgramDraft draft = r.drafter->propose(std::min(options_.speculative.draft_tokens, left));
+  const SpeculativeOptions& spec = options_.speculative;
+  const int64_t k = spec.adaptive && r.spec_k > 0 ? r.spec_k : spec.draft_tokens;
+  const NgramDraft draft = r.drafter->propose(std::min(k, left));
   std::vector<int32_t> drafts(draft.tokens.begin(), draft.tokens.end());
   // The KV rows of 1 + K tokens, from free pages only (drafts never preempt anyone).
   if (pages_ && !drafts.empty()) {
@@ -1080,6 +1082,8 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
     }
     totals_.spec_draft_tokens += int64_t(d.size());
     totals_.spec_accepted_tokens += int64_t(tokens.size()) - 1;
+    if (!d.empty())
+      r.spec_k = std::clamp<int64_t>(int64_t(tokens.size()), 1, options_.speculative.draft_tokens);
     for (size_t i = 0; i < tokens.size() && out.reason == FinishReason::kNone; ++i) {
       const int32_t token = tokens[i];
       std::optional<double> logprob;

@@ -76,6 +76,9 @@ struct SpeculativeOptions {
   };
   Drafter drafter = Drafter::kNone;
   int64_t draft_tokens = 4;  ///< K: drafts per request and step, in [1, kMaxDraftTokens]
+  /// Each request drafts at most its last verdict's accepted drafts + 1 (at least 1, at most K):
+  /// fewer tokens to verify where drafts fail, back to K as they stand.
+  bool adaptive = true;
   /// How the linear layers roll back to the accepted tokens (model/verify.h).
   model::VerifyMode mode = model::VerifyMode::kReplay;
   NgramOptions ngram{};
@@ -285,6 +288,7 @@ class Engine {
     /// Speculative decoding: the drafter over prompt + generated, and the acceptance draws.
     std::unique_ptr<NgramDrafter> drafter;
     std::mt19937_64 spec_rng;
+    int64_t spec_k = 0;  ///< adaptive K: its next step's most drafts (0: not verified yet, K)
     bool prefill_done() const { return processed >= prefill_len; }
   };
   /// One sequence of the step's batch.

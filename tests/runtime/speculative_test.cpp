@@ -370,5 +370,42 @@ TEST(Speculative, ReplayUsesOneSlotPerRequest) {
   }
 }
 
+// Adaptive K: where drafts keep failing a request drafts fewer (down to one per step), so the
+// same run verifies fewer drafts at a higher acceptance rate; the tokens stay plain greedy's.
+TEST(Speculative, AdaptiveKDraftsLessWhereDraftsFail) {
+  const Golden& g = golden("qwen3_next");
+  const Tokens prompt = prefix(g.a_prompt, 40);
+  const int64_t n = 40;
+  Result<Tokens> plain = model::greedy_generate(*g.model, prompt, n);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  // A prediction right for its first half and wrong (shifted ids) after.
+  SamplingParams params = greedy(n);
+  params.predicted_tokens = plain.value();
+  const int32_t V = int32_t(g.model->config().vocab_size);
+  for (size_t i = size_t(n / 2); i < params.predicted_tokens.size(); ++i)
+    params.predicted_tokens[i] = (params.predicted_tokens[i] + 7) % V;
+  EngineStats stats[2];
+  for (const bool adaptive : {false, true}) {
+    SCOPED_TRACE(adaptive ? "adaptive" : "fixed K");
+    EngineOptions options = test_options();
+    options.speculative.drafter = SpeculativeOptions::Drafter::kNgram;
+    options.speculative.draft_tokens = 4;
+    options.speculative.adaptive = adaptive;
+    std::unique_ptr<Engine> engine = make_engine(*g.model, options);
+    const std::vector<Tokens> got = run(*engine, {prompt}, params, /*one_by_one=*/false);
+    EXPECT_EQ(got[0], plain.value());
+    stats[adaptive] = engine->stats();
+    EXPECT_GT(stats[adaptive].spec_accepted_tokens, 0);
+  }
+  EXPECT_LT(stats[1].spec_draft_tokens, stats[0].spec_draft_tokens);
+  EXPECT_GT(double(stats[1].spec_accepted_tokens) / double(stats[1].spec_draft_tokens),
+            double(stats[0].spec_accepted_tokens) / double(stats[0].spec_draft_tokens));
+  std::printf("fixed K: %lld of %lld drafts accepted; adaptive: %lld of %lld\n",
+              static_cast<long long>(stats[0].spec_accepted_tokens),
+              static_cast<long long>(stats[0].spec_draft_tokens),
+              static_cast<long long>(stats[1].spec_accepted_tokens),
+              static_cast<long long>(stats[1].spec_draft_tokens));
+}
+
 }  // namespace
 }  // namespace hyla::runtime
