@@ -25,11 +25,13 @@ struct Setup {
   const char* name;
   bool speculate;
   model::VerifyMode mode;
+  bool adaptive = true;
 };
 
 constexpr Setup kSetups[] = {
     {"off", false, model::VerifyMode::kReplay},
     {"ngram, replay", true, model::VerifyMode::kReplay},
+    {"ngram, replay, fixed K", true, model::VerifyMode::kReplay, false},
     {"ngram, step states", true, model::VerifyMode::kStepStates},
 };
 
@@ -71,6 +73,7 @@ Result<Figures> run(const model::Model& model, Device device, const BenchOptions
     options.speculative.drafter = runtime::SpeculativeOptions::Drafter::kNgram;
     options.speculative.draft_tokens = kDraftTokens;
     options.speculative.mode = setup.mode;
+    options.speculative.adaptive = setup.adaptive;
   }
   std::vector<int64_t> tokens(batch.size(),
                               int64_t(batch.front().size()) + o.new_tokens + kDraftTokens);

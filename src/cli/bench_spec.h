@@ -2,7 +2,8 @@
 //   prompts: "repetitive" (a random 32-token stretch repeated 8 times: the model's continuation
 //   follows the pattern, the drafts stand) and "random" (random ids: the drafts seldom stand),
 //   B sequences at once (B from --batch), --new greedy tokens each
-//   setups: speculation off; n-gram drafts (K 4) with each rollback mode (replay, step states)
+//   setups: speculation off; n-gram drafts (K 4, adaptive) with each rollback mode (replay, step
+//   states), and replay with a fixed K
 // Each row a fresh engine; decode tokens/s counts the tokens after each sequence's first over the
 // time from the first token to the end; the speed-up is against "off" for the same prompts and B
 // in the same run. Also: the acceptance rate (accepted / drafted), the mean tokens a verified
