@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chi_square.h"
 #include "runtime/sampling.h"
 #include "runtime/spec/acceptance.h"
 #include "runtime/spec/ngram_drafter.h"
@@ -18,6 +19,8 @@
 
 namespace hyla::runtime {
 namespace {
+
+using testing::chi_square_critical;
 
 using Tokens = std::vector<int32_t>;
 
@@ -325,27 +328,6 @@ TEST(Acceptance, BadInputsAreRefused) {
 }
 
 // ---- acceptance: rejection sampling's output distribution ----
-
-/// P(X >= x) for X ~ chi-square with `dof` degrees of freedom, from the closed forms
-/// Q(x; 1) = erfc(sqrt(x / 2)), Q(x; 2) = exp(-x / 2) and the recurrence
-/// Q(x; k + 2) = Q(x; k) + (x / 2)^(k / 2) exp(-x / 2) / Gamma(k / 2 + 1).
-double chi_square_tail(double x, int64_t dof) {
-  const double half = x / 2.0;
-  double q = dof % 2 == 1 ? std::erfc(std::sqrt(half)) : std::exp(-half);
-  for (int64_t k = dof % 2 == 1 ? 1 : 2; k + 2 <= dof; k += 2)
-    q += std::exp(double(k) / 2.0 * std::log(half) - half - std::lgamma(double(k) / 2.0 + 1.0));
-  return q;
-}
-
-/// The x with chi_square_tail(x, dof) = alpha, by bisection (the tail falls as x grows).
-double chi_square_critical(int64_t dof, double alpha) {
-  double lo = 0.0, hi = 1000.0;
-  for (int step = 0; step < 200; ++step) {
-    const double mid = (lo + hi) / 2.0;
-    (chi_square_tail(mid, dof) > alpha ? lo : hi) = mid;
-  }
-  return hi;
-}
 
 TEST(Acceptance, ChiSquareCriticalValuesMatchTheTables) {
   // Textbook upper-tail critical values (e.g. NIST/SEMATECH e-Handbook, table 1.3.6.7.4).

@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "chi_square.h"
 #include "speculative_testing.h"
 
 namespace hyla::runtime {
 namespace {
+
+using testing::chi_square_critical;
 
 using namespace engine_testing;
 
@@ -30,36 +33,13 @@ TEST_P(SpeculativeTest, GreedyEqualsPlainDecoding) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, SpeculativeTest, ::testing::ValuesIn(golden_archs()),
-                         [](const auto& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(Speculative, GoldenArchitecturesPresent) {
   EXPECT_TRUE(testing::expect_golden_archs(golden_root()));
 }
 
 // ---- sampling: the emitted tokens follow plain sampling's law ----
-
-/// P(X >= x) for X ~ chi-square with `dof` degrees of freedom: Q(x; 1) = erfc(sqrt(x / 2)),
-/// Q(x; 2) = exp(-x / 2), and Q(x; k + 2) = Q(x; k) + (x / 2)^(k / 2) e^(-x / 2) / Gamma(k / 2 +
-/// 1).
-double chi_square_tail(double x, int64_t dof) {
-  const double half = x / 2.0;
-  const bool odd = dof % 2 == 1;
-  double tail = odd ? std::erfc(std::sqrt(half)) : std::exp(-half);
-  for (int64_t k = odd ? 1 : 2; k + 2 <= dof; k += 2)
-    tail += std::exp(double(k) / 2.0 * std::log(half) - half - std::lgamma(double(k) / 2.0 + 1.0));
-  return tail;
-}
-
-/// The critical value c with P(X >= c) = alpha, by bisection (the tail falls as x grows; every
-/// dof used here has c far below 2000).
-double chi_square_critical(int64_t dof, double alpha) {
-  double lo = 0.0, hi = 2000.0;
-  for (int step = 0; step < 200; ++step) {
-    const double mid = (lo + hi) / 2.0;
-    (chi_square_tail(mid, dof) > alpha ? lo : hi) = mid;
-  }
-  return hi;
-}
 
 /// Each goodness-of-fit check below fails a correct engine with probability about this (the
 /// statistic's law is chi-square asymptotically); SamplingKeepsTheDistribution makes at most 22

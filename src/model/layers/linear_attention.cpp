@@ -106,19 +106,6 @@ LayerState linear_new_state(const ModelConfig& config) {
 
 Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                        const LinearMemory& memory, const TensorView& mixed) {
-  if (memory.verify) {  // from each slot's window, which stays; the inputs kept for the commit
-    memory.verify->qkv = Tensor::empty({qkv.size(0), qkv.size(1)}, DType::kF32, qkv.device());
-    HYLA_RETURN_IF_ERROR(kernels::copy({.x = qkv, .y = memory.verify->qkv}));
-    return kernels::causal_conv1d({.x = qkv,
-                                   .weight = conv_weight,
-                                   .bias = {},
-                                   .cu_seqlens = memory.cu_seqlens,
-                                   .conv_state = memory.conv_pool,
-                                   .initial_slots = memory.slots,
-                                   .final_slots = {},
-                                   .silu = true,
-                                   .y = mixed});
-  }
   if (memory.decode) {  // one token per sequence: slide each window
     return kernels::causal_conv1d_update({.x = qkv,
                                           .weight = conv_weight,
@@ -128,6 +115,10 @@ Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                                           .silu = true,
                                           .y = mixed});
   }
+  if (memory.verify) {  // the inputs kept for the commit; each slot's window stays
+    memory.verify->qkv = Tensor::empty({qkv.size(0), qkv.size(1)}, DType::kF32, qkv.device());
+    HYLA_RETURN_IF_ERROR(kernels::copy({.x = qkv, .y = memory.verify->qkv}));
+  }
   HYLA_RETURN_IF_ERROR(boundary_conv_windows(qkv, memory));
   return kernels::causal_conv1d({.x = qkv,
                                  .weight = conv_weight,
@@ -135,7 +126,7 @@ Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                                  .cu_seqlens = memory.cu_seqlens,
                                  .conv_state = memory.conv_pool,
                                  .initial_slots = memory.slots,
-                                 .final_slots = memory.slots,
+                                 .final_slots = memory.verify ? TensorView() : memory.slots,
                                  .silu = true,
                                  .y = mixed});
 }
