@@ -336,7 +336,9 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
   Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
   std::optional<PagedBatch> paged;  // the attention layers' index tensors
-  if (batch.verify) memory.verify->layers.assign(size_t(L), LinearVerifyRecord{});
+  // A verify step's record: the caller's tensors are reused where their shapes match.
+  if (batch.verify && memory.verify->layers.size() != size_t(L))
+    memory.verify->layers.assign(size_t(L), LinearVerifyRecord{});
   for (int64_t i = 0; i < L; ++i) {
     const DecoderLayer& layer = layers_[size_t(i)];
     const MixerKind kind = c.mixers[size_t(i)];
@@ -509,14 +511,39 @@ Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepte
   if (int64_t(accepted.size()) != B)
     return invalid_argument("commit_verify: ", accepted.size(), " accepted counts for ", B,
                             " sequences");
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t n = accepted[size_t(b)],
+                  count = batch.cu_seqlens[size_t(b + 1)] - batch.cu_seqlens[size_t(b)];
+    if (n < 0 || n > count)
+      return out_of_range("commit_verify: sequence ", b, " accepted ", n, " of its ", count,
+                          " tokens");
+  }
+  const Device dev = device();
+  // Layers the fused kernel verified: one commit kernel each, the counts on the device.
+  bool fused = false, ops = false;
+  for (int64_t i = 0; i < config_.num_layers; ++i)
+    if (is_linear_mixer(config_.mixers[size_t(i)]))
+      (memory.verify->layers[size_t(i)].fused_tokens > 0 ? fused : ops) = true;
+  if (fused) {
+    const std::vector<int32_t> counts(accepted.begin(), accepted.end());
+    const Tensor accepted_d = upload_i32(counts, dev, memory.staging),
+                 slots_d = upload_i32(batch.state_slots, dev, memory.staging);
+    for (int64_t i = 0; i < config_.num_layers; ++i) {
+      const LinearVerifyRecord& record = memory.verify->layers[size_t(i)];
+      if (!is_linear_mixer(config_.mixers[size_t(i)]) || record.fused_tokens == 0) continue;
+      LinearMemory linear;
+      linear.conv_pool = memory.conv_state[size_t(i)];
+      linear.ssm_pool = memory.ssm_state[size_t(i)];
+      linear.slots = slots_d;
+      HYLA_RETURN_IF_ERROR(fused_commit_verify(record, linear, accepted_d));
+    }
+  }
+  if (!ops) return ok_status();
   // The accepted tokens as a packed batch of their own: rows in the verify step, cu_seqlens,
   // slots; sequences that accepted none are left out.
   std::vector<int32_t> rows, cu = {0}, slots, last_rows;
   for (int64_t b = 0; b < B; ++b) {
     const int32_t begin = batch.cu_seqlens[size_t(b)], n = accepted[size_t(b)];
-    if (n < 0 || n > batch.cu_seqlens[size_t(b + 1)] - begin)
-      return out_of_range("commit_verify: sequence ", b, " accepted ", n, " of its ",
-                          batch.cu_seqlens[size_t(b + 1)] - begin, " tokens");
     if (n == 0) continue;
     for (int32_t t = 0; t < n; ++t) rows.push_back(begin + t);
     cu.push_back(cu.back() + n);
@@ -524,7 +551,6 @@ Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepte
     last_rows.push_back(begin + n - 1);
   }
   if (slots.empty()) return ok_status();
-  const Device dev = device();
   // Through the step's staging when there is one (the verify step's own uploads have been read:
   // its logits came back to the host before the commit).
   const Tensor rows_d = upload_i32(rows, dev, memory.staging),
@@ -532,7 +558,7 @@ Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepte
                slots_d = upload_i32(slots, dev, memory.staging);
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     const MixerKind kind = config_.mixers[size_t(i)];
-    if (!is_linear_mixer(kind)) continue;
+    if (!is_linear_mixer(kind) || memory.verify->layers[size_t(i)].fused_tokens > 0) continue;
     const LinearMemory linear{.conv_pool = memory.conv_state[size_t(i)],
                               .ssm_pool = memory.ssm_state[size_t(i)],
                               .slots = slots_d,

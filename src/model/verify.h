@@ -27,10 +27,16 @@ struct LinearVerifyRecord {
   Tensor step_states;  ///< kStepStates: [T, HV, d_v, d_k] f32, the state after each token
   Tensor g;            ///< kReplay: [T, HV] (GDN) or [T, HV, d_k] (KDA) f32 log decay
   Tensor beta;         ///< kReplay: [T, HV] f32
+  /// kStepStates through the fused kernel (layers/linear_attention.h fused_verify_outputs): its
+  /// tokens per sequence, and step_states is [B, T, HV, d_v, d_k] in the pool's dtype; 0: the
+  /// ops path's layout above.
+  int64_t fused_tokens = 0;
   int64_t bytes() const;
 };
 
-/// Filled by Model::forward_batch on a verify step, read by Model::commit_verify.
+/// Filled by Model::forward_batch on a verify step, read by Model::commit_verify. Tensors it
+/// holds already are written in place where their shapes match (a CUDA graph's replays write
+/// where its capture did).
 struct VerifyRecord {
   VerifyMode mode = VerifyMode::kReplay;
   std::vector<LinearVerifyRecord> layers;  ///< per global layer (empty for attention layers)

@@ -27,6 +27,23 @@ int64_t padded_width(int64_t pages) {
 
 }  // namespace
 
+model::Batch pad_verify_tokens(const model::Batch& batch) {
+  const int64_t B = batch.num_sequences();
+  int32_t n = 1;
+  for (int64_t b = 0; b < B; ++b)
+    n = std::max(n, batch.cu_seqlens[size_t(b + 1)] - batch.cu_seqlens[size_t(b)]);
+  model::Batch out = batch;
+  out.tokens.clear();
+  out.cu_seqlens.assign(1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t begin = batch.cu_seqlens[size_t(b)], end = batch.cu_seqlens[size_t(b + 1)];
+    out.tokens.insert(out.tokens.end(), batch.tokens.begin() + begin, batch.tokens.begin() + end);
+    out.tokens.resize(out.tokens.size() + size_t(n - (end - begin)), 0);
+    out.cu_seqlens.push_back(out.cu_seqlens.back() + n);
+  }
+  return out;
+}
+
 DecodeGraphs::DecodeGraphs(const model::Model& model, Stream stream, int64_t max_sequences)
     : model_(model), stream_(stream), max_sequences_(max_sequences) {}
 
@@ -47,11 +64,13 @@ model::Batch DecodeGraphs::padded(const model::Batch& batch) const {
   size_t pages = 1;
   for (const std::vector<int32_t>& t : batch.page_tables) pages = std::max(pages, t.size());
   const size_t width = size_t(padded_width(int64_t(pages)));
-  model::Batch out = batch;
+  // Tokens per sequence: 1 for a decode step, a verify step's most.
+  model::Batch out = batch.verify ? pad_verify_tokens(batch) : batch;
+  const int32_t n = out.cu_seqlens[1];
   for (std::vector<int32_t>& t : out.page_tables) t.resize(width, -1);
   for (int64_t b = B; b < Bp; ++b) {
-    out.tokens.push_back(0);
-    out.cu_seqlens.push_back(out.cu_seqlens.back() + 1);
+    out.tokens.resize(out.tokens.size() + size_t(n), 0);
+    out.cu_seqlens.push_back(out.cu_seqlens.back() + n);
     out.past.push_back(0);
     out.state_slots.push_back(-1);
     out.page_tables.push_back(std::vector<int32_t>(width, -1));
@@ -76,12 +95,15 @@ Status DecodeGraphs::queue_step(const model::Batch& padded, const model::BatchMe
   return ok_status();
 }
 
-Result<const int32_t*> DecodeGraphs::run(const model::Batch& padded,
-                                         const model::BatchMemory& memory,
-                                         model::HostStaging& staging) {
-  const int64_t Bp = padded.num_sequences();
+Result<DecodeGraphs::Step> DecodeGraphs::run(const model::Batch& padded,
+                                             const model::BatchMemory& memory,
+                                             model::HostStaging& staging) {
+  if (padded.verify && memory.verify == nullptr)
+    return invalid_argument("DecodeGraphs::run: a verify step needs BatchMemory::verify");
+  const int64_t Bp = padded.num_sequences(), R = padded.logits_all ? padded.cu_seqlens.back() : Bp;
   const int64_t width = int64_t(padded.page_tables.front().size());
-  const std::pair<int64_t, int64_t> key{Bp, width};
+  const std::tuple<int64_t, int64_t, int64_t> key{Bp, width,
+                                                  padded.verify ? R / std::max<int64_t>(Bp, 1) : 0};
   if (!shapes_.contains(key) && shapes_.size() >= kMaxShapes) {
     auto oldest = shapes_.begin();
     for (auto it = shapes_.begin(); it != shapes_.end(); ++it)
@@ -93,19 +115,26 @@ Result<const int32_t*> DecodeGraphs::run(const model::Batch& padded,
   Shape& shape = shapes_[key];
   shape.last_used = ++clock_;
   if (!shape.summary.defined()) {
-    shape.summary = Tensor::empty({4, Bp}, DType::kI32, model_.device());
-    shape.host = static_cast<int32_t*>(pinned_alloc(size_t(4 * Bp) * sizeof(int32_t)));
+    shape.summary = Tensor::empty({4, R}, DType::kI32, model_.device());
+    shape.host = static_cast<int32_t*>(pinned_alloc(size_t(4 * R) * sizeof(int32_t)));
+  }
+  // A verify step writes its shape's record (the same tensors at every replay).
+  model::BatchMemory step_memory = memory;
+  if (padded.verify) {
+    if (shape.record.mode != memory.verify->mode)
+      shape.record = model::VerifyRecord{.mode = memory.verify->mode, .layers = {}};
+    step_memory.verify = &shape.record;
   }
   staging.reset();
   if (!shape.warmed) {
     const CurrentStream on(stream_);
-    HYLA_RETURN_IF_ERROR(queue_step(padded, memory, shape));
+    HYLA_RETURN_IF_ERROR(queue_step(padded, step_memory, shape));
     shape.warmed = true;
     ++stats_.eager;
   } else {
     if (!shape.graph.defined()) {
       HYLA_ASSIGN_OR_RETURN(shape.graph, CudaGraph::capture(stream_, [&] {
-                              return queue_step(padded, memory, shape);
+                              return queue_step(padded, step_memory, shape);
                             }));
       ++stats_.captures;
     } else {
@@ -113,9 +142,10 @@ Result<const int32_t*> DecodeGraphs::run(const model::Batch& padded,
     }
     HYLA_RETURN_IF_ERROR(shape.graph.launch(stream_));
     ++stats_.replays;
+    if (padded.verify) ++stats_.verify_replays;
   }
   HYLA_RETURN_IF_ERROR(synchronize_stream(stream_));
-  return static_cast<const int32_t*>(shape.host);
+  return Step{.summary = shape.host, .record = padded.verify ? &shape.record : nullptr};
 }
 
 }  // namespace hyla::runtime

@@ -879,9 +879,9 @@ Result<StepPicks> Engine::run_step(const model::Batch& batch, bool host_rows) {
 
 Result<StepPicks> Engine::replay_step(const model::Batch& batch) {
   const model::Batch padded = graphs_->padded(batch);
-  HYLA_ASSIGN_OR_RETURN(const int32_t* summary, graphs_->run(padded, memory_, *staging_));
+  HYLA_ASSIGN_OR_RETURN(const DecodeGraphs::Step step, graphs_->run(padded, memory_, *staging_));
   StepPicks picks;
-  picks.rows = summary;
+  picks.rows = step.summary;
   picks.stride = padded.num_sequences();
   return picks;
 }
@@ -1030,7 +1030,25 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   memory_.verify = &verify_record_;
   ++totals_.steps;
   totals_.last_step_tokens = int64_t(batch.tokens.size());
-  Result<StepPicks> picks = run_step(batch, host_rows);
+  // Greedy verify steps replay a CUDA graph (every sequence padded to the step's most tokens; its
+  // rows at the padded batch's cu_seqlens); the graph's shape keeps the record.
+  Result<StepPicks> picks = StepPicks{};
+  if (graphs_ && !host_rows && !memory_.layer_times && !op_times_active()) {
+    batch = graphs_->padded(batch);
+    Result<DecodeGraphs::Step> step = graphs_->run(batch, memory_, *staging_);
+    if (step.ok()) {
+      picks->rows = step->summary;
+      picks->stride = batch.cu_seqlens.back();
+      memory_.verify = step->record;
+    } else {
+      picks = step.status();
+    }
+  } else {
+    // The fused verify kernel, when chosen, takes sequences of one length.
+    if (model_.linear_backends().verify_backend() == model::LinearDecodeBackend::kFused)
+      batch = pad_verify_tokens(batch);
+    picks = run_step(batch, host_rows);
+  }
   const auto fail_all = [&](const std::string& message) {
     for (const Scheduled& s : scheduled)
       release(s.request->id, FinishReason::kError, events, message);
@@ -1048,7 +1066,7 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
     std::string error;
   };
   std::vector<Outcome> outcomes(static_cast<size_t>(B));
-  std::vector<int32_t> commit(static_cast<size_t>(B), 0);
+  std::vector<int32_t> commit(size_t(batch.num_sequences()), 0);  // padding rows commit none
   for (int64_t b = 0; b < B; ++b) {
     Request& r = *scheduled[size_t(b)].request;
     const std::vector<int32_t>& d = drafts[size_t(b)];
@@ -1117,7 +1135,7 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   }
   ++totals_.spec_steps;
   totals_.spec_sequences += B;
-  totals_.spec_record_bytes = verify_record_.bytes();
+  totals_.spec_record_bytes = memory_.verify->bytes();
   totals_.spec_record_sequences = B;
   Status committed;
   {

@@ -32,6 +32,19 @@ TEST_P(SpeculativeTest, GreedyEqualsPlainDecoding) {
     }
 }
 
+// The fused verify kernel (kernels/gated_delta_rule_decode.h, T = 1 + K, per-token states) and
+// its commit kernel, chosen explicitly: the engine pads every sequence of a verify step to the
+// step's most tokens, as a CUDA graph's step does.
+TEST_P(SpeculativeTest, FusedVerifyEqualsPlainDecoding) {
+  model::LinearAttnBackends backends;
+  backends.verify = model::LinearDecodeBackend::kFused;
+  for (const bool cache : {false, true}) {
+    SCOPED_TRACE(cache ? "cache on" : "cache off");
+    expect_speculative_greedy_equals_plain(GetParam(), Device::cpu(),
+                                           model::VerifyMode::kStepStates, cache, backends);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, SpeculativeTest, ::testing::ValuesIn(golden_archs()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,15 +27,24 @@ inline std::vector<Tokens> speculative_prompts(const Golden& g) {
 // verify steps), end at different lengths, one is cancelled midway, and each prompt runs twice
 // (the second time from the cache, when it is on). Drafts must have been verified, some accepted
 // and some rejected (each rollback path taken).
-inline void expect_speculative_greedy_equals_plain(const std::string& arch, Device device,
-                                                   model::VerifyMode mode, bool cache) {
+// `backends`: the model's linear-attention backends (a copy of the model), else its own.
+inline void expect_speculative_greedy_equals_plain(
+    const std::string& arch, Device device, model::VerifyMode mode, bool cache,
+    std::optional<model::LinearAttnBackends> backends = std::nullopt) {
   const Golden& g = golden(arch);
   EngineOptions options = test_options(device);
   options.prefix_cache.enabled = cache;
   options.speculative.drafter = SpeculativeOptions::Drafter::kNgram;
   options.speculative.draft_tokens = 4;
   options.speculative.mode = mode;
-  std::unique_ptr<Engine> engine = make_engine(model_on(g, device), options);
+  std::unique_ptr<model::Model> copy;
+  if (backends) {
+    Result<std::unique_ptr<model::Model>> moved = model_on(g, device).to(device);
+    ASSERT_TRUE(moved.ok()) << moved.status().message();
+    copy = std::move(moved).value();
+    copy->set_linear_backends(*backends);
+  }
+  std::unique_ptr<Engine> engine = make_engine(copy ? *copy : model_on(g, device), options);
   const std::vector<Tokens> prompts = speculative_prompts(g);
   struct Live {
     Tokens prompt;
@@ -96,6 +107,10 @@ inline void expect_speculative_greedy_equals_plain(const std::string& arch, Devi
       << "no draft was rejected: the rollback went untested";
   if (cache) {
     EXPECT_GT(s.cache_hits, 0);
+  }
+  // CUDA: greedy verify steps replay graphs where the model allows them.
+  if (device.is_cuda() && DecodeGraphs::supports(g.model->config())) {
+    EXPECT_GT(engine->graph_stats().verify_replays, 0);
   }
   EXPECT_EQ(s.running + s.waiting, 0);
   EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);

@@ -57,6 +57,7 @@ Status gdn_fused_decode(const GdnWeights& w, const ModelConfig& config, const Gd
   p.norm_gate = z;
   p.norm_eps = config.rms_norm_eps;
   p.norm_act = kernels::GateActivation::kSilu;
+  HYLA_RETURN_IF_ERROR(fused_verify_outputs(memory, p));
   HYLA_RETURN_IF_ERROR(kernels::gated_delta_rule_decode(p));
   return kernels::linear(
       {.x = o.view().reshape({T, l.value()}), .weight = w.out_proj, .bias = {}, .y = out});

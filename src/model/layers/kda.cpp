@@ -96,6 +96,7 @@ Status kda_forward(const KdaWeights& w, const ModelConfig& config, const TensorV
     p.norm_gate = norm_gate;
     p.norm_eps = config.rms_norm_eps;
     p.norm_act = kernels::GateActivation::kSigmoid;
+    HYLA_RETURN_IF_ERROR(fused_verify_outputs(memory, p));
     HYLA_RETURN_IF_ERROR(kernels::gated_delta_rule_decode(p));
   } else {
     // q, k, v = silu(conv([q | k | v])): the decode step slides the window, prefill runs the conv

@@ -1,11 +1,14 @@
 // Short conv and delta rule shared by the GDN and KDA layers (see linear_attention.h).
 #include "model/layers/linear_attention.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/causal_conv1d.h"
 #include "kernels/copy.h"
 #include "kernels/gated_delta_rule.h"
+#include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gather_rows.h"
 
 namespace hyla::model {
@@ -31,20 +34,47 @@ std::string fused_decode_limit(const ModelConfig& config, Device device,
 
 }  // namespace
 
+int64_t fused_verify_tokens(const LinearMemory& memory) {
+  if (memory.verify == nullptr || memory.verify_mode != VerifyMode::kStepStates ||
+      memory.host_cu_seqlens == nullptr || memory.host_cu_seqlens->size() < 2)
+    return 0;
+  const std::vector<int32_t>& cu = *memory.host_cu_seqlens;
+  const int64_t T = cu[1] - cu[0];
+  for (size_t b = 1; b + 1 < cu.size(); ++b)
+    if (cu[b + 1] - cu[b] != T) return 0;
+  return T <= kernels::kMaxDecodeTokens ? T : 0;
+}
+
 Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& memory,
                               const TensorView& x,
                               std::initializer_list<const Tensor*> f32_weights) {
-  if (!memory.decode) return false;
-  switch (memory.backends.decode) {
+  LinearDecodeBackend backend = memory.backends.decode;
+  if (memory.verify) {
+    backend = memory.backends.verify_backend();
+    if (fused_verify_tokens(memory) == 0) {
+      if (backend == LinearDecodeBackend::kFused)
+        return unsupported(
+            "linear attention verify backend 'fused' needs per-token states (--spec-mode states) "
+            "and at most ",
+            kernels::kMaxDecodeTokens,
+            " tokens in every sequence, all alike (a CUDA graph's verify step pads them); use "
+            "--linear-attn-verify-backend ops or auto");
+      return false;
+    }
+  } else if (!memory.decode) {
+    return false;
+  }
+  switch (backend) {
     case LinearDecodeBackend::kOps: return false;
     case LinearDecodeBackend::kAuto:
       return x.device().is_cuda() && fused_decode_limit(config, x.device(), f32_weights).empty();
     case LinearDecodeBackend::kFused: break;
   }
   if (const std::string why = fused_decode_limit(config, x.device(), f32_weights); !why.empty())
-    return unsupported("linear attention decode backend 'fused' cannot run this layer on ",
-                       device_name(x.device()), ": ", why,
-                       "; use --linear-attn-decode-backend ops or auto");
+    return unsupported("linear attention ", memory.verify ? "verify" : "decode",
+                       " backend 'fused' cannot run this layer on ", device_name(x.device()), ": ",
+                       why, "; use --linear-attn-", memory.verify ? "verify" : "decode",
+                       "-backend ops or auto");
   return true;
 }
 
@@ -104,6 +134,36 @@ LayerState linear_new_state(const ModelConfig& config) {
   return s;
 }
 
+namespace {
+
+/// A verify record's tensor: the one it holds when its shape and dtype match (a CUDA graph's
+/// replay writes where its capture did), else a new one.
+void keep_or_allocate(Tensor& t, const std::vector<int64_t>& shape, Device device,
+                      DType dtype = DType::kF32) {
+  if (t.defined() && t.dtype() == dtype && t.device() == device && t.ndim() == int(shape.size()) &&
+      std::equal(shape.begin(), shape.end(), t.view().shape()))
+    return;
+  t = Tensor::empty(int(shape.size()), shape.data(), dtype, device);
+}
+
+}  // namespace
+
+Status fused_verify_outputs(const LinearMemory& memory, kernels::GatedDeltaRuleDecodeParams& p) {
+  if (memory.verify == nullptr) return ok_status();
+  const int64_t T = fused_verify_tokens(memory), rows = p.qkv.size(0);
+  const TensorView& pool = memory.ssm_pool;
+  LinearVerifyRecord& record = *memory.verify;
+  keep_or_allocate(record.step_states, {rows / T, T, pool.size(1), pool.size(2), pool.size(3)},
+                   pool.device(), pool.dtype());
+  keep_or_allocate(record.qkv, {rows, p.qkv.size(1)}, pool.device());
+  HYLA_RETURN_IF_ERROR(kernels::copy({.x = p.qkv, .y = record.qkv}));
+  record.fused_tokens = T;
+  p.tokens_per_seq = T;
+  p.commit = false;
+  p.step_states = record.step_states;
+  return ok_status();
+}
+
 Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                        const LinearMemory& memory, const TensorView& mixed) {
   if (memory.decode) {  // one token per sequence: slide each window
@@ -116,7 +176,7 @@ Status short_conv_silu(const TensorView& qkv, const TensorView& conv_weight,
                                           .y = mixed});
   }
   if (memory.verify) {  // the inputs kept for the commit; each slot's window stays
-    memory.verify->qkv = Tensor::empty({qkv.size(0), qkv.size(1)}, DType::kF32, qkv.device());
+    keep_or_allocate(memory.verify->qkv, {qkv.size(0), qkv.size(1)}, qkv.device());
     HYLA_RETURN_IF_ERROR(kernels::copy({.x = qkv, .y = memory.verify->qkv}));
   }
   HYLA_RETURN_IF_ERROR(boundary_conv_windows(qkv, memory));
@@ -151,12 +211,13 @@ Status delta_rule(const TensorView& q, const TensorView& k, const TensorView& v,
     LinearVerifyRecord& record = *memory.verify;
     if (memory.verify_mode == VerifyMode::kStepStates) {
       const TensorView& pool = memory.ssm_pool;
-      record.step_states = Tensor::empty({q.size(0), pool.size(1), pool.size(2), pool.size(3)},
-                                         DType::kF32, q.device());
+      keep_or_allocate(record.step_states, {q.size(0), pool.size(1), pool.size(2), pool.size(3)},
+                       q.device());
       p.step_states = record.step_states;
     } else {
-      record.g = Tensor::empty(g.ndim(), g.shape(), DType::kF32, g.device());
-      record.beta = Tensor::empty(beta.ndim(), beta.shape(), DType::kF32, beta.device());
+      keep_or_allocate(record.g, std::vector<int64_t>(g.shape(), g.shape() + g.ndim()), g.device());
+      keep_or_allocate(record.beta, std::vector<int64_t>(beta.shape(), beta.shape() + beta.ndim()),
+                       beta.device());
       HYLA_RETURN_IF_ERROR(kernels::copy({.x = g, .y = record.g}));
       HYLA_RETURN_IF_ERROR(kernels::copy({.x = beta, .y = record.beta}));
     }
@@ -210,6 +271,9 @@ Status linear_commit_verify(const ModelConfig& config, const TensorView& conv_we
                             const LinearMemory& memory, const TensorView& rows,
                             std::span<const int32_t> last_rows, std::span<const int32_t> slots) {
   const LinearAttentionConfig& l = config.linear;
+  if (record.fused_tokens > 0)
+    return internal_error(
+        "linear_commit_verify: a fused verify record goes to fused_commit_verify");
   const int64_t N = rows.size(0), D = record.qkv.size(1);
   // The conv over the accepted inputs from each slot's window, written back: the window advances.
   HYLA_ASSIGN_OR_RETURN(const Tensor qkv, gather(record.qkv, rows));
@@ -247,6 +311,21 @@ Status linear_commit_verify(const ModelConfig& config, const TensorView& conv_we
   p.use_qk_l2norm = true;
   p.o = o;
   return kernels::gated_delta_rule_recurrent(p);
+}
+
+}  // namespace hyla::model
+
+namespace hyla::model {
+
+Status fused_commit_verify(const LinearVerifyRecord& record, const LinearMemory& memory,
+                           const TensorView& accepted) {
+  return kernels::gated_delta_rule_commit({.tokens_per_seq = record.fused_tokens,
+                                           .qkv = record.qkv,
+                                           .conv_state = memory.conv_pool,
+                                           .step_states = record.step_states,
+                                           .state_pool = memory.ssm_pool,
+                                           .slots = memory.slots,
+                                           .accepted = accepted});
 }
 
 }  // namespace hyla::model

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/tensor.h"
+#include "kernels/gated_delta_rule_decode.h"
 #include "model/config.h"
 #include "model/layer_state.h"
 
@@ -20,9 +21,25 @@ namespace hyla::model {
 /// norm weight); `fused` always, and an error naming the reason where the kernel cannot take the
 /// shapes on this device (the CPU body: a conv of 2 to 4 taps and those f32 weights; CUDA: also
 /// the head sizes).
+/// Verify steps (memory.verify) too, by backends.verify_backend(), where the record keeps
+/// per-token states (kStepStates) and every sequence has the same T <= kMaxDecodeTokens tokens
+/// (fused_verify_tokens): the kernel writes each token's state and the pools stay as they are.
 Result<bool> use_fused_decode(const ModelConfig& config, const LinearMemory& memory,
                               const TensorView& x,
                               std::initializer_list<const Tensor*> f32_weights);
+
+/// A verify step the fused kernel can take: its tokens per sequence; else 0.
+int64_t fused_verify_tokens(const LinearMemory& memory);
+
+/// Before the fused kernel runs a verify step (no-op otherwise): its per-token states go to the
+/// record ([B, T, HV, d_v, d_k], the pool's dtype), its conv inputs are kept there (f32).
+Status fused_verify_outputs(const LinearMemory& memory, kernels::GatedDeltaRuleDecodeParams& p);
+
+/// The commit of a fused verify record: one kernel (gated_delta_rule_commit) installs each
+/// sequence's conv window and state after its accepted tokens; memory.slots the verify step's
+/// slots, `accepted` [B] i32 on the device.
+Status fused_commit_verify(const LinearVerifyRecord& record, const LinearMemory& memory,
+                           const TensorView& accepted);
 
 /// `view` (a column range of a fused projection) as the fused decode entry reads it: the view
 /// itself when it is contiguous within a row and its rows start 16-byte aligned (the entry's
