@@ -133,14 +133,23 @@ inline void run_scenario(const Golden& g, DraftModelDrafter& drafter, std::vecto
   }
 }
 
-/// The scenario on one golden architecture with a roomy budget: every proposal whole and equal
+/// The scenario on one golden architecture with the budget size_draft_memory gives for it: every
+/// proposal whole and equal
 /// to greedy decoding; the drafter ran only the tokens added since each request's last call
 /// (state kept, not recomputed), reset once, evicted nothing; release() frees everything.
 inline void expect_drafts_equal_greedy(const std::string& arch, Device device) {
   const Golden& g = engine_testing::golden(arch);
-  std::unique_ptr<DraftModelDrafter> drafter =
-      make_drafter(engine_testing::model_on(g, device), draft_options());
+  const model::Model& model = engine_testing::model_on(g, device);
   std::vector<Sequence> seqs = scenario_sequences(g);
+  // Just the room for them: 260 tokens each (the sequences grow to about 200, plus k), and a
+  // scratch slot each (size_draft_memory).
+  DraftModelOptions options = draft_options();
+  const std::vector<int64_t> request_tokens(seqs.size(), 260);
+  Result<MemorySizing> sizing = size_draft_memory(model.config(), options, request_tokens);
+  ASSERT_TRUE(sizing.ok()) << sizing.status().message();
+  options.memory_budget_bytes = sizing->budget_bytes;
+  options.state_ratio = sizing->state_ratio;
+  std::unique_ptr<DraftModelDrafter> drafter = make_drafter(model, options);
   ScenarioCounts counts;
   run_scenario(g, *drafter, seqs, 8, device, /*full=*/true, counts);
   if (::testing::Test::HasFatalFailure()) return;
@@ -164,18 +173,16 @@ inline void expect_drafts_equal_greedy(const std::string& arch, Device device) {
   EXPECT_OK(drafter->check_invariants());
 }
 
-/// A budget that holds 2 requests of 260 tokens (size_memory), so 4 requests evict each other:
-/// every proposal still equals greedy decoding (fewer drafts allowed where memory was short).
+/// A budget that holds 2 requests of 260 tokens (size_memory: no scratch slots), so 4 requests
+/// evict each other: every proposal still equals greedy decoding (fewer drafts allowed where
+/// memory was short).
 inline void expect_evictions_keep_drafts_exact(const std::string& arch, Device device) {
   const Golden& g = engine_testing::golden(arch);
   const model::Model& model = engine_testing::model_on(g, device);
   DraftModelOptions options = draft_options();
-  MemoryPlanOptions m;
-  m.state = {.conv_dtype = options.conv_dtype, .ssm_dtype = options.state_dtype, .device = device};
-  m.kv = {.page_size = options.page_size, .dtype = options.kv_dtype, .device = device};
-  m.max_batch_tokens = options.max_batch_tokens;
   const int64_t request_tokens[] = {260, 260};
-  Result<MemorySizing> sizing = size_memory(model.config(), request_tokens, m);
+  Result<MemorySizing> sizing =
+      size_memory(model.config(), request_tokens, draft_memory_plan_options(options, device));
   ASSERT_TRUE(sizing.ok()) << sizing.status().message();
   options.memory_budget_bytes = sizing->budget_bytes;
   options.state_ratio = sizing->state_ratio;

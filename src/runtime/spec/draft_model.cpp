@@ -35,15 +35,29 @@ Result<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::create(const model
   return drafter;
 }
 
-Status DraftModelDrafter::init_pools() {
+MemoryPlanOptions draft_memory_plan_options(const DraftModelOptions& options, Device device) {
   MemoryPlanOptions m;
-  m.state.conv_dtype = options_.conv_dtype;
-  m.state.ssm_dtype = options_.state_dtype;
-  m.state.device = model_.device();
-  m.kv.page_size = options_.page_size;
-  m.kv.dtype = options_.kv_dtype;
-  m.kv.device = model_.device();
-  m.max_batch_tokens = options_.max_batch_tokens;
+  m.state.conv_dtype = options.conv_dtype;
+  m.state.ssm_dtype = options.state_dtype;
+  m.state.device = device;
+  m.kv.page_size = options.page_size;
+  m.kv.dtype = options.kv_dtype;
+  m.kv.device = device;
+  m.max_batch_tokens = options.max_batch_tokens;
+  return m;
+}
+
+Result<MemorySizing> size_draft_memory(const model::ModelConfig& config,
+                                       const DraftModelOptions& options,
+                                       std::span<const int64_t> request_tokens) {
+  // A scratch slot is sized as a one-token request: a slot (and a page of slack).
+  std::vector<int64_t> tokens(request_tokens.begin(), request_tokens.end());
+  tokens.insert(tokens.end(), request_tokens.size(), 1);
+  return size_memory(config, tokens, draft_memory_plan_options(options, Device::cpu()));
+}
+
+Status DraftModelDrafter::init_pools() {
+  const MemoryPlanOptions m = draft_memory_plan_options(options_, model_.device());
   Result<MemoryPlan> plan =
       plan_memory(model_.config(), options_.memory_budget_bytes, options_.state_ratio, m);
   if (!plan.ok())

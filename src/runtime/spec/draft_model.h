@@ -37,6 +37,17 @@ struct DraftModelOptions {
   int64_t page_size = 64;           ///< tokens per KV page
 };
 
+/// The MemoryPlanOptions (dtypes, page size, scratch) that `options` implies, pools on `device`.
+MemoryPlanOptions draft_memory_plan_options(const DraftModelOptions& options, Device device);
+
+/// A memory budget and state ratio (size_memory) under which the drafter holds every request of
+/// `request_tokens` at once (each the length of its sequence + K), each with the scratch slot its
+/// drafts run in: no eviction, and every query its K drafts while the sequences stay within
+/// those lengths. Errors: those of size_memory.
+Result<MemorySizing> size_draft_memory(const model::ModelConfig& config,
+                                       const DraftModelOptions& options,
+                                       std::span<const int64_t> request_tokens);
+
 /// Catch-up chunks end on multiples of this many tokens unless they end the sequence (the chunk
 /// delta rule's C, as the engine's kPrefillAlign): the state between chunks is the chunk
 /// kernel's boundary state.
