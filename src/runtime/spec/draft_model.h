@@ -111,7 +111,7 @@ class DraftModelDrafter {
   /// is short or a logit row is not finite). Runs on the current stream.
   /// Errors, checked before anything runs or changes (naming the query's index and id): empty
   /// tokens, a token outside [0, vocab), k outside [0, kMaxDraftModelTokens], an id twice in one
-  /// call. A failed forward call is returned too (the involved requests' held states dropped).
+  /// call. A failed forward call is returned too (the held states it was writing are forgotten).
   Result<std::vector<std::vector<int32_t>>> propose(std::span<const DraftQuery> queries);
   /// The request ended: frees its slot and pages. An id the drafter holds nothing for (never
   /// queried, released, or evicted) is a no-op.
