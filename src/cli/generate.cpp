@@ -17,6 +17,7 @@
 
 #include "cli/device.h"
 #include "cli/io.h"
+#include "cli/speculative.h"
 #include "core/error.h"
 #include "model/architecture.h"
 #include "model/json_file.h"
@@ -99,10 +100,12 @@ runtime::SamplingParams sampling(const GenerateOptions& o, bool text_mode) {
 /// The engine's options on `device` for `prompts` (token counts) run at `max_new_tokens`: the
 /// budget given, or one sized for every prompt at once (at most 3/4 of the device's available
 /// memory; a note says so when that caps it), the context limit and its override.
+/// With --speculative draft:DIR the draft model is loaded into `draft`.
 Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
                                               const model::ModelConfig& config, Device device,
                                               const std::vector<int64_t>& prompt_tokens,
-                                              int64_t max_new_tokens, std::FILE* err) {
+                                              int64_t max_new_tokens, std::FILE* err,
+                                              std::unique_ptr<model::Model>* draft) {
   runtime::EngineOptions engine;
   engine.device = device;
   engine.allow_long_context = options.allow_long_context;
@@ -110,11 +113,15 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   engine.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
   engine.prefix_cache.device_tier_bytes = options.prefix_cache_device_mib << 20;
   engine.prefix_cache.int8_snapshots = options.prefix_cache_int8 == "on";
-  if (options.speculative == "ngram")
-    engine.speculative.drafter = runtime::SpeculativeOptions::Drafter::kNgram;
   engine.speculative.draft_tokens = options.draft_tokens;
   engine.speculative.mode =
       options.spec_mode == "states" ? model::VerifyMode::kStepStates : model::VerifyMode::kReplay;
+  {
+    std::vector<int64_t> tokens;
+    for (const int64_t n : prompt_tokens) tokens.push_back(n + max_new_tokens);
+    HYLA_ASSIGN_OR_RETURN(const SpeculativeFlag flag, parse_speculative_flag(options.speculative));
+    HYLA_RETURN_IF_ERROR(apply_speculative_flag(flag, tokens, &engine, draft));
+  }
   if (options.budget_mib) {
     engine.memory_budget_bytes = *options.budget_mib << 20;
     return engine;
@@ -166,7 +173,9 @@ nlohmann::json speculative_json(const runtime::Engine& engine) {
   if (o.speculative.drafter == runtime::SpeculativeOptions::Drafter::kNone) return nullptr;
   const runtime::EngineStats s = engine.stats();
   const auto ratio = [](int64_t a, int64_t b) { return b > 0 ? double(a) / double(b) : 0.0; };
-  return {{"drafter", "ngram"},
+  return {{"drafter", o.speculative.drafter == runtime::SpeculativeOptions::Drafter::kNgram
+                          ? "ngram"
+                          : "draft model"},
           {"draft_tokens", o.speculative.draft_tokens},
           {"mode", o.speculative.mode == model::VerifyMode::kReplay ? "replay" : "states"},
           {"verify_steps", s.spec_steps},
@@ -283,8 +292,9 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
   const runtime::SamplingParams params = sampling(options, /*text_mode=*/false);
   std::vector<int64_t> prompt_tokens;
   for (const std::vector<int32_t>& p : prompts) prompt_tokens.push_back(int64_t(p.size()));
+  std::unique_ptr<model::Model> draft;  // --speculative draft:DIR
   Result<runtime::EngineOptions> engine_options_ = engine_options(
-      options, model.value()->config(), device, prompt_tokens, params.max_new_tokens, err);
+      options, model.value()->config(), device, prompt_tokens, params.max_new_tokens, err, &draft);
   if (!engine_options_.ok()) return fail(err, engine_options_.status().message());
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options_.value());
@@ -447,8 +457,9 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, Devic
     params.stop_token_ids = stop_tokens(*tokenizer, model_dir, config.vocab_size);
   std::fprintf(err, ", engine");
   std::fflush(err);
-  Result<runtime::EngineOptions> engine_options_ =
-      engine_options(options, config, device, {int64_t(prompt.size())}, params.max_new_tokens, err);
+  std::unique_ptr<model::Model> draft;  // --speculative draft:DIR
+  Result<runtime::EngineOptions> engine_options_ = engine_options(
+      options, config, device, {int64_t(prompt.size())}, params.max_new_tokens, err, &draft);
   if (!engine_options_.ok()) return fail_after_progress(err, engine_options_.status().message());
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options_.value());
@@ -557,8 +568,7 @@ Status validate(const GenerateOptions& o) {
                             ", expected an integer in [0, ", kMaxBudgetMib, "]");
   if (o.prefix_cache != "on" && o.prefix_cache != "off")
     return invalid_argument("--prefix-cache is '", o.prefix_cache, "', expected on or off");
-  if (o.speculative != "off" && o.speculative != "ngram")
-    return invalid_argument("--speculative is '", o.speculative, "', expected off or ngram");
+  HYLA_RETURN_IF_ERROR(parse_speculative_flag(o.speculative).status());
   if (o.draft_tokens < 1 || o.draft_tokens > runtime::kMaxDraftTokens)
     return invalid_argument("--draft-tokens is ", o.draft_tokens, ", expected an integer in [1, ",
                             runtime::kMaxDraftTokens, "]");

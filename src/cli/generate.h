@@ -50,7 +50,8 @@ struct GenerateOptions {
   std::string prefix_cache_int8 = "off";  ///< on | off: snapshots outside the pool in int8
   /// ids mode: each prompt starts once the previous one has finished (so it can reuse them).
   bool sequential = false;
-  std::string speculative = "off";   ///< off | ngram: drafts verified by the model, see engine.h
+  /// off | ngram | draft:DIR: drafts verified by the model (cli/speculative.h, engine.h)
+  std::string speculative = "off";
   int64_t draft_tokens = 4;          ///< K: drafts per request and step
   std::string spec_mode = "replay";  ///< replay | states: how linear layers roll back
   /// --linear-attn-*-backend: which implementation runs each linear-attention phase

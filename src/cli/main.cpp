@@ -16,6 +16,7 @@
 #include "cli/inspect.h"
 #include "cli/selfcheck.h"
 #include "cli/serve.h"
+#include "cli/speculative.h"
 #include "cli/template.h"
 #include "core/cpu_features.h"
 #include "core/parallel.h"
@@ -124,9 +125,10 @@ int main(int argc, char** argv) {
                   "(default)")
       ->check(CLI::IsMember({"on", "off"}));
   gen->add_option("--speculative", generate.speculative,
-                  "speculative decoding: off (default) or ngram (drafts looked up in the prompt "
-                  "and the output so far, verified by the model; greedy output is unchanged)")
-      ->check(CLI::IsMember({"off", "ngram"}));
+                  "speculative decoding: off (default), ngram (drafts looked up in the prompt "
+                  "and the output so far) or draft:DIR (greedy drafts of a small model of the "
+                  "same vocabulary); drafts are verified by the model, greedy output is unchanged")
+      ->check(CLI::Validator(hyla::cli::check_speculative_flag, "off|ngram|draft:DIR"));
   gen->add_option("--draft-tokens", generate.draft_tokens,
                   "drafts per request and step with --speculative (default 4)")
       ->check(CLI::Range(int64_t{1}, int64_t{16}));  // runtime::kMaxDraftTokens
@@ -231,11 +233,11 @@ int main(int argc, char** argv) {
          "keep snapshots outside the state pool in int8 (one scale per SSM row): on or off "
          "(default)")
       ->check(CLI::IsMember({"on", "off"}));
-  srv->add_option_function<std::string>(
-         "--speculative", [&serve](const std::string& v) { serve.speculative = v == "ngram"; },
-         "speculative decoding: off (default) or ngram (drafts from the prompt, the output so far "
-         "and a request's 'prediction', verified by the model)")
-      ->check(CLI::IsMember({"off", "ngram"}));
+  srv->add_option("--speculative", serve.speculative,
+                  "speculative decoding: off (default), ngram (drafts from the prompt, the output "
+                  "so far and a request's 'prediction') or draft:DIR (a small model of the same "
+                  "vocabulary); drafts are verified by the model")
+      ->check(CLI::Validator(hyla::cli::check_speculative_flag, "off|ngram|draft:DIR"));
   srv->add_option("--draft-tokens", serve.draft_tokens,
                   "drafts per request and step with --speculative (default 4)")
       ->check(CLI::Range(int64_t{1}, int64_t{16}));  // runtime::kMaxDraftTokens

@@ -6,6 +6,7 @@
 
 #include "cli/device.h"
 #include "cli/generate.h"
+#include "cli/speculative.h"
 #include "core/error.h"
 #ifdef HYLA_WITH_SERVER
 #include <sys/resource.h>
@@ -94,8 +95,6 @@ int serve(const ServeOptions& options) {
   engine_options.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
   engine_options.prefix_cache.device_tier_bytes = options.prefix_cache_device_mib << 20;
   engine_options.prefix_cache.int8_snapshots = options.prefix_cache_int8;
-  if (options.speculative)
-    engine_options.speculative.drafter = runtime::SpeculativeOptions::Drafter::kNgram;
   engine_options.speculative.draft_tokens = options.draft_tokens;
   engine_options.speculative.mode =
       options.spec_replay ? model::VerifyMode::kReplay : model::VerifyMode::kStepStates;
@@ -124,6 +123,17 @@ int serve(const ServeOptions& options) {
     if (!sizing.ok()) return fail(sizing.status().message());
     engine_options.memory_budget_bytes = sizing->budget_bytes;
     engine_options.state_ratio = sizing->state_ratio;
+  }
+  // --speculative draft:DIR: its pools hold max_running requests of default_max_tokens and a
+  // prompt as long, one of them the whole context.
+  std::unique_ptr<model::Model> draft;
+  {
+    Result<SpeculativeFlag> flag = parse_speculative_flag(options.speculative);
+    if (!flag.ok()) return fail(flag.status().message());
+    std::vector<int64_t> tokens(size_t(options.max_running), 2 * options.default_max_tokens);
+    tokens[0] = context;
+    const Status applied = apply_speculative_flag(*flag, tokens, &engine_options, &draft);
+    if (!applied.ok()) return fail(applied.message());
   }
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options);

@@ -55,6 +55,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
     return invalid_argument("Engine: speculative.draft_tokens is ", spec.draft_tokens,
                             ", expected an integer in [1, ", kMaxDraftTokens, "]");
   HYLA_RETURN_IF_ERROR(validate(spec.ngram));
+  if (spec.drafter == SpeculativeOptions::Drafter::kDraftModel) {
+    if (spec.draft_model == nullptr)
+      return invalid_argument("Engine: speculative.drafter is the draft model, but none is given");
+    if (spec.draft_model->device() != options.device)
+      return invalid_argument("Engine: the draft model's weights are on ",
+                              device_name(spec.draft_model->device()),
+                              " but the engine's device is ", device_name(options.device));
+    if (spec.draft_model->config().vocab_size != model.config().vocab_size)
+      return invalid_argument("Engine: the draft model's vocabulary has ",
+                              spec.draft_model->config().vocab_size, " tokens, the model's ",
+                              model.config().vocab_size,
+                              ": a draft model must share the model's tokenizer");
+  }
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_device());
@@ -64,6 +77,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
   engine->init_decode_scratch();
   engine->init_batch_memory();
   HYLA_RETURN_IF_ERROR(engine->init_stream());
+  if (spec.drafter == SpeculativeOptions::Drafter::kDraftModel) {
+    const CurrentStream on(engine->stream_.handle ? engine->stream_ : current_stream());
+    HYLA_ASSIGN_OR_RETURN(engine->draft_model_,
+                          DraftModelDrafter::create(*spec.draft_model, spec.draft));
+  }
   return engine;
 }
 
@@ -722,6 +740,7 @@ void Engine::release(RequestId id, FinishReason reason, std::vector<TokenEvent>&
     HYLA_CHECK(freed.ok(), freed.message());
   }
   if (r.admitted && pages_) drop_pages(r.pages);
+  if (draft_model_) draft_model_->release(id);
   if (reason == FinishReason::kCancelled || reason == FinishReason::kError)
     events.push_back(TokenEvent{.request = id,
                                 .token = -1,
@@ -974,27 +993,65 @@ std::vector<TokenEvent> Engine::step() {
   return events;
 }
 
-std::vector<int32_t> Engine::drafts_for(Request& r) {
-  if (!r.drafter) return {};
+int64_t Engine::draft_limit(const Request& r) const {
   // No draft past the request's last token (its max_new_tokens-th).
   const int64_t left = r.sampler.params().max_new_tokens - int64_t(r.generated.size()) - 1;
   const SpeculativeOptions& spec = options_.speculative;
   const int64_t k = spec.adaptive && r.spec_k > 0 ? r.spec_k : spec.draft_tokens;
-  const NgramDraft draft = r.drafter->propose(std::min(k, left));
-  std::vector<int32_t> drafts(draft.tokens.begin(), draft.tokens.end());
-  // The KV rows of 1 + K tokens, from free pages only (drafts never preempt anyone).
-  if (pages_ && !drafts.empty()) {
-    const int64_t more =
-        pages_for(r.processed + 1 + int64_t(drafts.size())) - int64_t(r.pages.size());
-    if (more > 0 && more <= pages_->free_pages()) {
-      std::optional<std::vector<int32_t>> pages = take_pages(more);
-      if (pages) r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+  return std::min(k, left);
+}
+
+std::vector<std::vector<int32_t>> Engine::drafts_for(const std::vector<Scheduled>& scheduled) {
+  const size_t B = scheduled.size();
+  std::vector<std::vector<int32_t>> drafts(B);
+  if (draft_model_) {
+    // One batched call of the draft model for every request that may draft.
+    std::vector<std::vector<int32_t>> sequences(B);
+    std::vector<DraftQuery> queries;
+    std::vector<size_t> asked;
+    for (size_t b = 0; b < B; ++b) {
+      const Request& r = *scheduled[b].request;
+      const int64_t k = draft_limit(r);
+      if (k < 1) continue;
+      sequences[b] = sequence(r);
+      queries.push_back(DraftQuery{.id = r.id, .tokens = sequences[b], .k = k});
+      asked.push_back(b);
     }
-    // As many drafts as the pages hold.
-    const int64_t room = int64_t(r.pages.size()) * pages_->page_size() - r.processed - 1;
-    if (room < int64_t(drafts.size())) drafts.resize(size_t(std::max<int64_t>(room, 0)));
+    Result<std::vector<std::vector<int32_t>>> proposed = std::vector<std::vector<int32_t>>{};
+    if (!queries.empty()) {
+      const CurrentStream on(stream_.handle ? stream_ : current_stream());
+      proposed = draft_model_->propose(queries);
+    }
+    // Drafts are optional: a failed draft call leaves the step a plain decode step.
+    if (!proposed.ok()) {
+      ++totals_.spec_draft_failures;
+      return drafts;
+    }
+    for (size_t i = 0; i < asked.size(); ++i) drafts[asked[i]] = std::move((*proposed)[i]);
+  } else {
+    for (size_t b = 0; b < B; ++b) {
+      const Request& r = *scheduled[b].request;
+      if (!r.drafter) continue;
+      const NgramDraft draft = r.drafter->propose(draft_limit(r));
+      drafts[b].assign(draft.tokens.begin(), draft.tokens.end());
+    }
   }
+  for (size_t b = 0; b < B; ++b) fit_drafts(*scheduled[b].request, drafts[b]);
   return drafts;
+}
+
+void Engine::fit_drafts(Request& r, std::vector<int32_t>& drafts) {
+  // The KV rows of 1 + K tokens, from free pages only (drafts never preempt anyone).
+  if (!pages_ || drafts.empty()) return;
+  const int64_t more =
+      pages_for(r.processed + 1 + int64_t(drafts.size())) - int64_t(r.pages.size());
+  if (more > 0 && more <= pages_->free_pages()) {
+    std::optional<std::vector<int32_t>> pages = take_pages(more);
+    if (pages) r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+  }
+  // As many drafts as the pages hold.
+  const int64_t room = int64_t(r.pages.size()) * pages_->page_size() - r.processed - 1;
+  if (room < int64_t(drafts.size())) drafts.resize(size_t(std::max<int64_t>(room, 0)));
 }
 
 bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<TokenEvent>& events) {
@@ -1002,12 +1059,9 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   for (const Scheduled& s : scheduled)
     if (s.count != 1 || !s.request->prefill_done()) return false;
   const int64_t B = int64_t(scheduled.size()), V = model_.config().vocab_size;
-  std::vector<std::vector<int32_t>> drafts(static_cast<size_t>(B));
+  const std::vector<std::vector<int32_t>> drafts = drafts_for(scheduled);
   bool any = false;
-  for (int64_t b = 0; b < B; ++b) {
-    drafts[size_t(b)] = drafts_for(*scheduled[size_t(b)].request);
-    any |= !drafts[size_t(b)].empty();
-  }
+  for (const std::vector<int32_t>& d : drafts) any |= !d.empty();
   if (!any) return false;
 
   // The batch: each request's last token and its drafts, every row's logits.

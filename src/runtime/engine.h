@@ -32,6 +32,7 @@
 #include "runtime/memory/memory_plan.h"
 #include "runtime/memory/state_pool.h"
 #include "runtime/sampling.h"
+#include "runtime/spec/draft_model.h"
 #include "runtime/spec/ngram_drafter.h"
 
 namespace hyla::runtime {
@@ -71,8 +72,9 @@ struct PrefixCacheOptions {
 /// Speculative decoding (DESIGN.md §6): decode steps verify drafted tokens, 1 + K per request.
 struct SpeculativeOptions {
   enum class Drafter : uint8_t {
-    kNone,   ///< plain decoding
-    kNgram,  ///< drafts from the request's own tokens (runtime/spec/ngram_drafter.h)
+    kNone,        ///< plain decoding
+    kNgram,       ///< drafts from the request's own tokens (runtime/spec/ngram_drafter.h)
+    kDraftModel,  ///< greedy drafts of a small model (runtime/spec/draft_model.h)
   };
   Drafter drafter = Drafter::kNone;
   int64_t draft_tokens = 4;  ///< K: drafts per request and step, in [1, kMaxDraftTokens]
@@ -82,6 +84,10 @@ struct SpeculativeOptions {
   /// How the linear layers roll back to the accepted tokens (model/verify.h).
   model::VerifyMode mode = model::VerifyMode::kReplay;
   NgramOptions ngram{};
+  /// kDraftModel: the draft model (same vocabulary as the model, weights on the engine's device;
+  /// it must outlive the engine) and its own pools' options.
+  const model::Model* draft_model = nullptr;
+  DraftModelOptions draft{};
 };
 
 /// The most drafts one verify step takes per request.
@@ -203,6 +209,8 @@ struct EngineStats {
   /// sequences: per-draft states grow with K, replay inputs far less.
   int64_t spec_record_bytes = 0;
   int64_t spec_record_sequences = 0;
+  /// Draft-model calls that failed (their steps decoded without drafts).
+  int64_t spec_draft_failures = 0;
 };
 
 /// Owns the pools of one model and schedules requests over them, FCFS. Not thread-safe: one
@@ -366,9 +374,14 @@ class Engine {
   /// (one forward over 1 + K tokens each), emits the accepted tokens and one more, and rolls the
   /// state and page table back to them. False (nothing done): the step decodes as usual.
   bool speculate(const std::vector<Scheduled>& scheduled, std::vector<TokenEvent>& events);
-  /// Up to K drafts for `r`'s next tokens, with the KV pages they need taken (fewer, or none,
-  /// when the pool has too few free).
-  std::vector<int32_t> drafts_for(Request& r);
+  /// The most drafts `r` may have this step: K (adaptive: its last verdict's), at most up to its
+  /// last token.
+  int64_t draft_limit(const Request& r) const;
+  /// Each scheduled request's drafts (n-gram or draft model), with the KV pages they need taken.
+  std::vector<std::vector<int32_t>> drafts_for(const std::vector<Scheduled>& scheduled);
+  /// Cuts `drafts` to what `r`'s KV pages can hold, taking free pages for them first (drafts
+  /// never preempt anyone).
+  void fit_drafts(Request& r, std::vector<int32_t>& drafts);
   /// Frees the request's slot and pages and drops it.
   void release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
                std::string error = {});
@@ -401,6 +414,7 @@ class Engine {
   RequestId next_id_ = 0;
   int64_t admissions_ = 0;             ///< admissions so far (Request::admission)
   model::VerifyRecord verify_record_;  ///< the linear layers' record of the last verify step
+  std::unique_ptr<DraftModelDrafter> draft_model_;  ///< SpeculativeOptions::kDraftModel
   EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps, preemptions
 };
 

@@ -40,9 +40,37 @@ TEST_P(SpeculativeTest, FusedVerifyEqualsPlainDecoding) {
   backends.verify = model::LinearDecodeBackend::kFused;
   for (const bool cache : {false, true}) {
     SCOPED_TRACE(cache ? "cache on" : "cache off");
-    expect_speculative_greedy_equals_plain(GetParam(), Device::cpu(),
-                                           model::VerifyMode::kStepStates, cache, backends);
+    expect_speculative_greedy_equals_plain(
+        GetParam(), Device::cpu(), model::VerifyMode::kStepStates, cache, {.backends = backends});
   }
+}
+
+// Drafts from a draft model (runtime/spec/draft_model.h) run by the engine: the model itself
+// (its drafts stand, but where batching moves a near tie), and another golden architecture of
+// the same vocabulary (its drafts mostly fall).
+TEST_P(SpeculativeTest, DraftModelGreedyEqualsPlainDecoding) {
+  const Golden& g = golden(GetParam());
+  const Golden& other = golden(GetParam() == "qwen3_5" ? "qwen3_next" : "qwen3_5");
+  for (const model::VerifyMode mode : {model::VerifyMode::kReplay, model::VerifyMode::kStepStates})
+    for (const bool cache : {false, true}) {
+      SCOPED_TRACE(str_cat(mode == model::VerifyMode::kReplay ? "replay" : "step states",
+                           cache ? ", cache on" : ", cache off", ", itself as the draft"));
+      expect_speculative_greedy_equals_plain(
+          GetParam(), Device::cpu(), mode, cache,
+          {.draft = g.model.get(), .expect_accepted = true, .expect_rejected = false});
+    }
+  SCOPED_TRACE("another architecture as the draft");
+  expect_speculative_greedy_equals_plain(
+      GetParam(), Device::cpu(), model::VerifyMode::kReplay, /*cache=*/true,
+      {.draft = other.model.get(), .expect_accepted = false, .expect_rejected = true});
+}
+
+TEST(Speculative, DraftModelOptionsAreChecked) {
+  const Golden& g = golden("qwen3_next");
+  EngineOptions options = test_options();
+  options.speculative.drafter = SpeculativeOptions::Drafter::kDraftModel;
+  EXPECT_ERROR_CONTAINS(Engine::create(*g.model, options).status(),
+                        "speculative.drafter is the draft model, but none is given");
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, SpeculativeTest, ::testing::ValuesIn(golden_archs()),

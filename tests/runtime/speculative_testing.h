@@ -27,22 +27,36 @@ inline std::vector<Tokens> speculative_prompts(const Golden& g) {
 // verify steps), end at different lengths, one is cancelled midway, and each prompt runs twice
 // (the second time from the cache, when it is on). Drafts must have been verified, some accepted
 // and some rejected (each rollback path taken).
-// `backends`: the model's linear-attention backends (a copy of the model), else its own.
-inline void expect_speculative_greedy_equals_plain(
-    const std::string& arch, Device device, model::VerifyMode mode, bool cache,
-    std::optional<model::LinearAttnBackends> backends = std::nullopt) {
+// Variations of the check below.
+struct SpeculativeCase {
+  /// The model's linear-attention backends (on a copy of the model), else its own.
+  std::optional<model::LinearAttnBackends> backends{};
+  /// Drafts from this draft model (on the engine's device) instead of n-grams; whether its drafts
+  /// must have been accepted (and rejected) somewhere depends on how alike the two models are.
+  const model::Model* draft = nullptr;
+  bool expect_accepted = true;
+  bool expect_rejected = true;
+};
+
+inline void expect_speculative_greedy_equals_plain(const std::string& arch, Device device,
+                                                   model::VerifyMode mode, bool cache,
+                                                   const SpeculativeCase& variant = {}) {
   const Golden& g = golden(arch);
   EngineOptions options = test_options(device);
   options.prefix_cache.enabled = cache;
   options.speculative.drafter = SpeculativeOptions::Drafter::kNgram;
   options.speculative.draft_tokens = 4;
   options.speculative.mode = mode;
+  if (variant.draft) {
+    options.speculative.drafter = SpeculativeOptions::Drafter::kDraftModel;
+    options.speculative.draft_model = variant.draft;
+  }
   std::unique_ptr<model::Model> copy;
-  if (backends) {
+  if (variant.backends) {
     Result<std::unique_ptr<model::Model>> moved = model_on(g, device).to(device);
     ASSERT_TRUE(moved.ok()) << moved.status().message();
     copy = std::move(moved).value();
-    copy->set_linear_backends(*backends);
+    copy->set_linear_backends(*variant.backends);
   }
   std::unique_ptr<Engine> engine = make_engine(copy ? *copy : model_on(g, device), options);
   const std::vector<Tokens> prompts = speculative_prompts(g);
@@ -102,9 +116,14 @@ inline void expect_speculative_greedy_equals_plain(
   }
   const EngineStats s = engine->stats();
   EXPECT_GT(s.spec_steps, 0);
-  EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft stood: the accept path went untested";
-  EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens)
-      << "no draft was rejected: the rollback went untested";
+  EXPECT_EQ(s.spec_draft_failures, 0);
+  if (variant.expect_accepted) {
+    EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft stood: the accept path went untested";
+  }
+  if (variant.expect_rejected) {
+    EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens)
+        << "no draft was rejected: the rollback went untested";
+  }
   if (cache) {
     EXPECT_GT(s.cache_hits, 0);
   }

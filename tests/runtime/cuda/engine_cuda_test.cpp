@@ -197,6 +197,11 @@ TEST_P(EngineCudaTest, SpeculativeGreedyEqualsPlainDecoding) {
                            cache ? ", cache on" : ", cache off"));
       expect_speculative_greedy_equals_plain(GetParam(), Device::cuda(), mode, cache);
     }
+  // Drafts of a draft model on the device (the model itself: its drafts stand).
+  SCOPED_TRACE("the model itself as the draft model");
+  expect_speculative_greedy_equals_plain(
+      GetParam(), Device::cuda(), model::VerifyMode::kReplay, /*cache=*/true,
+      {.draft = &model_on(golden(GetParam()), Device::cuda()), .expect_rejected = false});
 }
 
 TEST_P(EngineCudaTest, PrefixCacheEvictionKeepsTokensRight) {
