@@ -80,6 +80,8 @@ struct StepIndices {
 };
 
 /// Views of the pools the batch indexes, per global layer id (undefined where a layer has none).
+/// k_pages / v_pages may list more than num_layers layers: the MTP head's full-attention layers
+/// follow the model's (global ids num_layers + k, read by Model::forward_mtp).
 struct BatchMemory {
   std::vector<TensorView> conv_state;  ///< linear layers: [slots, conv_dim, K-1]
   std::vector<TensorView> ssm_state;   ///< linear layers: [slots, HV, d_v, d_k]
@@ -105,6 +107,11 @@ struct BatchMemory {
   /// Verify steps (Batch::verify): where the linear layers keep what the commit needs; its mode
   /// is set by the caller, its layers are (re)filled by forward_batch.
   VerifyRecord* verify = nullptr;
+  /// Optional (the MTP draft head's input): forward_batch leaves here the final-normed hidden of
+  /// every new token, [T, hidden] f32 on the model's device, whatever logits_all says. A tensor
+  /// already of that shape, dtype and device is written in place (a captured step keeps its
+  /// address); anything else is replaced by a new one.
+  Tensor* final_hidden = nullptr;
 };
 
 }  // namespace hyla::model

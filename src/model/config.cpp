@@ -52,7 +52,10 @@ Status validate(const ModelConfig& c, const std::string& source) {
     if (l.conv_kernel < 1 || l.conv_kernel > kMaxConvKernel)
       return bad("conv kernel size ", l.conv_kernel, " is outside [1, ", kMaxConvKernel, "]");
   }
-  if (c.num_layers_of(MixerKind::kFullAttention) > 0) {
+  if (c.num_mtp_layers < 0 || int64_t(c.mtp_mlps.size()) != c.num_mtp_layers)
+    return bad("num_mtp_layers is ", c.num_mtp_layers, " with ", c.mtp_mlps.size(),
+               " MTP MLP kinds; expected >= 0 and one kind per MTP layer");
+  if (c.num_layers_of(MixerKind::kFullAttention) > 0 || c.num_mtp_layers > 0) {
     const FullAttentionConfig& a = c.attention;
     if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.head_dim <= 0 || a.num_heads % a.num_kv_heads)
       return bad("attention heads ", a.num_heads, " must be a positive multiple of kv heads ",
@@ -68,6 +71,7 @@ Status validate(const ModelConfig& c, const std::string& source) {
   }
   bool any_moe = false;
   for (MlpKind k : c.mlps) any_moe |= k == MlpKind::kMoe;
+  for (MlpKind k : c.mtp_mlps) any_moe |= k == MlpKind::kMoe;
   if (any_moe) {
     const MoeConfig& m = c.moe;
     if (m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts || m.expert_intermediate <= 0)
@@ -103,6 +107,17 @@ Status validate(const ModelConfig& c, const std::string& source) {
                  " experts per MoE layer describes more than ", kMaxCheckpointTensors,
                  " checkpoint tensors (already ", tensors, " in the first ", i + 1, " layers, ",
                  moe_layers, " of them MoE), more than any real model has");
+  }
+  for (int64_t k = 0; k < c.num_mtp_layers; ++k) {
+    if (c.mtp_mlps[size_t(k)] == MlpKind::kDense && c.intermediate_size <= 0)
+      return bad("MTP layer ", k, " has a dense MLP but intermediate_size is ",
+                 c.intermediate_size);
+    const bool moe = c.mtp_mlps[size_t(k)] == MlpKind::kMoe;
+    tensors += 32 + (moe ? 3 * std::max<int64_t>(c.moe.num_experts, 0) : 0);
+    if (tensors > kMaxCheckpointTensors)
+      return bad("mtp_num_hidden_layers ", c.num_mtp_layers, " with ", c.moe.num_experts,
+                 " experts per MoE layer describes more than ", kMaxCheckpointTensors,
+                 " checkpoint tensors, more than any real model has");
   }
   if (c.max_context < 0)
     return bad("max_context is ", c.max_context, ", expected >= 0 (0 = unknown)");

@@ -132,6 +132,11 @@ struct ModelConfig {
   int64_t attn_res_block_size = 0;
   std::vector<MixerKind> mixers;  ///< per layer
   std::vector<MlpKind> mlps;      ///< per layer
+  /// Multi-token-prediction draft layers (Qwen3-Next / Qwen3.5 config.json mtp_num_hidden_layers;
+  /// 0 = none): full-attention decoder layers of the MTP head (model/mtp.h), global KV layer ids
+  /// num_layers .. num_layers + num_mtp_layers - 1.
+  int64_t num_mtp_layers = 0;
+  std::vector<MlpKind> mtp_mlps;  ///< per MTP layer
   LinearAttentionConfig linear;
   FullAttentionConfig attention;
   LatentAttentionConfig latent;

@@ -22,9 +22,17 @@ Status add_in_place(const Tensor& a, const Tensor& b) {
   return kernels::add({.x = b, .gate = {}, .scale = 1.0f, .y = a});
 }
 
-Status norm(const Tensor& x, const Tensor& weight, const ModelConfig& c, const Tensor& y) {
+Status norm(const TensorView& x, const Tensor& weight, const ModelConfig& c, const TensorView& y) {
   return kernels::rmsnorm(
       {.x = x, .weight = weight, .eps = c.rms_norm_eps, .form = c.norm_form, .y = y});
+}
+
+/// branch = the layer's MoE (routing to ids / weights when given) or dense MLP of `normed`.
+Status mlp_forward(const DecoderLayer& layer, MlpKind kind, const ModelConfig& c,
+                   const Tensor& normed, const Tensor& branch, Tensor* ids = nullptr,
+                   Tensor* weights = nullptr) {
+  if (kind == MlpKind::kMoe) return moe_forward(layer.moe, c, normed, branch, ids, weights);
+  return dense_mlp_forward(layer.dense, c.mlp_activation, normed, branch);
 }
 
 /// A projection whose every value is a bf16 number (a bf16 checkpoint, widened to f32 at load) is
@@ -44,8 +52,8 @@ void keep_bf16_when_exact(Tensor& w) {
   w = std::move(narrow);
 }
 
-/// Every weight that only kernels::linear and kernels::moe_grouped_linear read.
-void keep_projections_bf16_when_exact(std::vector<DecoderLayer>& layers, Tensor& lm_head) {
+/// Every layer weight that only kernels::linear and kernels::moe_grouped_linear read.
+void keep_projections_bf16_when_exact(std::vector<DecoderLayer>& layers) {
   auto mlp = [](DenseMlpWeights& m) {
     keep_bf16_when_exact(m.gate_up);
     keep_bf16_when_exact(m.down);
@@ -78,7 +86,6 @@ void keep_projections_bf16_when_exact(std::vector<DecoderLayer>& layers, Tensor&
     mlp(l.dense);
     mlp(l.moe.shared);
   }
-  keep_bf16_when_exact(lm_head);
 }
 
 /// Calls f(t) on every weight tensor of a layer (undefined ones included).
@@ -134,6 +141,15 @@ void for_each_weight(DecoderLayer& l, F&& f) {
   mlp(l.moe.shared);
 }
 
+void move_mtp(MtpWeights& mtp, Device device) {
+  auto move = [&](Tensor& t) {
+    if (t.defined() && t.device() != device) t = t.to(device);
+  };
+  for (DecoderLayer& l : mtp.layers) for_each_weight(l, move);
+  for (Tensor* t : {&mtp.fc, &mtp.pre_fc_norm_embedding, &mtp.pre_fc_norm_hidden, &mtp.norm})
+    move(*t);
+}
+
 }  // namespace
 
 Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> layers,
@@ -144,7 +160,8 @@ Model::Model(ModelConfig config, Tensor embedding, std::vector<DecoderLayer> lay
       final_norm_(std::move(final_norm)),
       lm_head_(std::move(lm_head)),
       output_res_cw_(std::move(output_res_cw)) {
-  keep_projections_bf16_when_exact(layers_, lm_head_);
+  keep_projections_bf16_when_exact(layers_);
+  keep_bf16_when_exact(lm_head_);
   HYLA_CHECK(config_.attn_res_block_size == 0 || output_res_cw_.defined(),
              "Model: Attention Residuals need the output score vector");
 }
@@ -159,7 +176,28 @@ Result<std::unique_ptr<Model>> Model::to(Device device) const {
   };
   for (DecoderLayer& l : m->layers_) for_each_weight(l, move);
   for (Tensor* t : {&m->embedding_, &m->final_norm_, &m->lm_head_, &m->output_res_cw_}) move(*t);
+  move_mtp(m->mtp_, device);
   return m;
+}
+
+Status Model::set_mtp(MtpWeights mtp) {
+  const int64_t H = config_.hidden_size;
+  if (int64_t(mtp.layers.size()) != config_.num_mtp_layers || mtp.layers.empty())
+    return invalid_argument("set_mtp: the MTP head has ", mtp.layers.size(),
+                            " layers, the config declares ", config_.num_mtp_layers,
+                            " (mtp_num_hidden_layers, at least 1)");
+  if (!mtp.fc.defined() || mtp.fc.ndim() != 2 || mtp.fc.size(0) != H || mtp.fc.size(1) != 2 * H)
+    return invalid_argument("set_mtp: mtp.fc is ",
+                            mtp.fc.defined() ? mtp.fc.view().shape_string() : "undefined",
+                            ", expected [", H, ", ", 2 * H, "]");
+  for (const DecoderLayer& l : mtp.layers)
+    if (!l.attention.qkv_proj.defined())
+      return invalid_argument("set_mtp: every MTP layer needs full-attention weights");
+  keep_projections_bf16_when_exact(mtp.layers);
+  keep_bf16_when_exact(mtp.fc);
+  move_mtp(mtp, device());
+  mtp_ = std::move(mtp);
+  return ok_status();
 }
 
 SequenceState Model::new_sequence(int64_t capacity) const {
@@ -240,34 +278,49 @@ LayerPart mixer_part(MixerKind kind) {
   return LayerPart::kFullAttention;
 }
 
-Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
+/// What forward_batch and forward_mtp (`op`) both read: the sequences, cu_seqlens, past, page
+/// tables that cover every position (when `pages`), token ids.
+Status check_sequences(const Batch& batch, int64_t page_size, bool pages, int64_t vocab,
+                       const char* op) {
   const int64_t B = batch.num_sequences();
-  if (B < 1) return invalid_argument("forward_batch: no sequences");
+  if (B < 1) return invalid_argument(op, ": no sequences");
   if (batch.cu_seqlens.front() != 0 || batch.cu_seqlens.back() != int32_t(batch.tokens.size()))
-    return invalid_argument("forward_batch: cu_seqlens must run from 0 to the ",
-                            batch.tokens.size(), " tokens");
-  if (int64_t(batch.past.size()) != B || int64_t(batch.state_slots.size()) != B ||
-      int64_t(batch.page_tables.size()) != B)
-    return invalid_argument("forward_batch: past, state_slots and page_tables need ", B,
-                            " entries (one per sequence)");
-  const size_t L = size_t(c.num_layers);
-  if (memory.conv_state.size() != L || memory.ssm_state.size() != L || memory.k_pages.size() != L ||
-      memory.v_pages.size() != L)
-    return invalid_argument("forward_batch: the batch memory must list ", L, " layers");
-  bool any_attention = false;
-  for (MixerKind k : c.mixers) any_attention |= !is_linear_mixer(k);
+    return invalid_argument(op, ": cu_seqlens must run from 0 to the ", batch.tokens.size(),
+                            " tokens");
+  if (int64_t(batch.past.size()) != B || int64_t(batch.page_tables.size()) != B)
+    return invalid_argument(op, ": past and page_tables need ", B, " entries (one per sequence)");
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = batch.cu_seqlens[size_t(b + 1)] - batch.cu_seqlens[size_t(b)];
-    if (n < 1) return invalid_argument("forward_batch: sequence ", b, " has no new tokens");
+    if (n < 1) return invalid_argument(op, ": sequence ", b, " has no new tokens");
     if (batch.past[size_t(b)] < 0)
-      return invalid_argument("forward_batch: past[", b, "] is ", batch.past[size_t(b)]);
-    if (any_attention &&
-        (memory.page_size < 1 || int64_t(batch.page_tables[size_t(b)].size()) * memory.page_size <
-                                     batch.past[size_t(b)] + n))
-      return out_of_range("forward_batch: sequence ", b, " has ",
-                          batch.page_tables[size_t(b)].size(), " pages of ", memory.page_size,
-                          " tokens for ", batch.past[size_t(b)] + n, " tokens");
+      return invalid_argument(op, ": past[", b, "] is ", batch.past[size_t(b)]);
+    if (pages && (page_size < 1 || int64_t(batch.page_tables[size_t(b)].size()) * page_size <
+                                       batch.past[size_t(b)] + n))
+      return out_of_range(op, ": sequence ", b, " has ", batch.page_tables[size_t(b)].size(),
+                          " pages of ", page_size, " tokens for ", batch.past[size_t(b)] + n,
+                          " tokens");
   }
+  for (int64_t t = 0; t < int64_t(batch.tokens.size()); ++t)
+    if (batch.tokens[size_t(t)] < 0 || batch.tokens[size_t(t)] >= vocab)
+      return out_of_range(op, ": token ", t, " is ", batch.tokens[size_t(t)], ", outside [0, ",
+                          vocab, ")");
+  return ok_status();
+}
+
+Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
+  const int64_t B = batch.num_sequences();
+  bool any_attention = false;
+  for (MixerKind k : c.mixers) any_attention |= !is_linear_mixer(k);
+  HYLA_RETURN_IF_ERROR(
+      check_sequences(batch, memory.page_size, any_attention, c.vocab_size, "forward_batch"));
+  if (int64_t(batch.state_slots.size()) != B)
+    return invalid_argument("forward_batch: state_slots needs ", B, " entries (one per sequence)");
+  // k_pages / v_pages may go on with the MTP head's layers
+  const size_t L = size_t(c.num_layers);
+  if (memory.conv_state.size() != L || memory.ssm_state.size() != L || memory.k_pages.size() < L ||
+      memory.v_pages.size() < L)
+    return invalid_argument("forward_batch: the batch memory must list ", L,
+                            " layers (k_pages and v_pages at least)");
   if (!batch.boundary_slots.empty()) {
     int64_t entries = 0;
     for (int64_t b = 0; b < B; ++b)
@@ -289,10 +342,6 @@ Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelCon
     return invalid_argument(
         "forward_batch: a verify step needs logits_all and BatchMemory::verify, and takes no "
         "boundary_slots");
-  for (int64_t t = 0; t < int64_t(batch.tokens.size()); ++t)
-    if (batch.tokens[size_t(t)] < 0 || batch.tokens[size_t(t)] >= c.vocab_size)
-      return out_of_range("forward_batch: token ", t, " is ", batch.tokens[size_t(t)],
-                          ", outside [0, ", c.vocab_size, ")");
   return ok_status();
 }
 
@@ -404,11 +453,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     // h += mlp(norm(mlp_in))
     HYLA_RETURN_IF_ERROR(norm(mlp_in, layer.post_norm, c, normed));
     Tensor ids, weights;
-    if (c.mlps[size_t(i)] == MlpKind::kMoe) {
-      HYLA_RETURN_IF_ERROR(moe_forward(layer.moe, c, normed, branch, &ids, &weights));
-    } else {
-      HYLA_RETURN_IF_ERROR(dense_mlp_forward(layer.dense, c.mlp_activation, normed, branch));
-    }
+    HYLA_RETURN_IF_ERROR(mlp_forward(layer, c.mlps[size_t(i)], c, normed, branch, &ids, &weights));
     if (trace) {
       trace->mlp_out.push_back(branch.clone());
       trace->router_ids.push_back(ids);
@@ -434,20 +479,102 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     out = mix;
   }
 
-  // logits = lm_head(norm(out)) for every token, or each sequence's last one.
-  Tensor last = out;
-  if (!batch.logits_all) {
-    last = Tensor::empty({B, H}, DType::kF32, dev);
-    HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = out, .index = indices.last_rows, .y = last}));
+  // logits = lm_head(norm(out)) for every token, or each sequence's last one. With
+  // memory.final_hidden every row is normed there first and the last rows gathered from it (a
+  // row's norm reads that row only: the same numbers as gathering first).
+  Tensor final_normed;
+  if (memory.final_hidden != nullptr) {
+    Tensor& all = *memory.final_hidden;
+    if (!all.defined() || all.ndim() != 2 || all.size(0) != T || all.size(1) != H ||
+        all.dtype() != DType::kF32 || all.device() != dev || !all.view().is_contiguous())
+      all = Tensor::empty({T, H}, DType::kF32, dev);
+    HYLA_RETURN_IF_ERROR(norm(out, final_norm_, c, all));
+    final_normed = all;
+    if (!batch.logits_all) {
+      final_normed = Tensor::empty({B, H}, DType::kF32, dev);
+      HYLA_RETURN_IF_ERROR(
+          kernels::gather_rows({.x = all, .index = indices.last_rows, .y = final_normed}));
+    }
+  } else {
+    Tensor last = out;
+    if (!batch.logits_all) {
+      last = Tensor::empty({B, H}, DType::kF32, dev);
+      HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = out, .index = indices.last_rows, .y = last}));
+    }
+    final_normed = Tensor::empty({last.size(0), H}, DType::kF32, dev);
+    HYLA_RETURN_IF_ERROR(norm(last, final_norm_, c, final_normed));
   }
-  Tensor final_normed = Tensor::empty({last.size(0), H}, DType::kF32, dev);
-  HYLA_RETURN_IF_ERROR(norm(last, final_norm_, c, final_normed));
   if (trace) trace->hidden_states.push_back(final_normed.clone());
-  Tensor logits = Tensor::empty({last.size(0), c.vocab_size}, DType::kF32, dev);
+  Tensor logits = Tensor::empty({final_normed.size(0), c.vocab_size}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(
       kernels::linear({.x = final_normed, .weight = lm_head_, .bias = {}, .y = logits}));
   lap(LayerPart::kHead);
   return logits;
+}
+
+Result<MtpOutput> Model::forward_mtp(const Batch& batch, const Tensor& hidden,
+                                     const BatchMemory& memory, int64_t depth) const {
+  const ModelConfig& c = config_;
+  if (!has_mtp())
+    return unsupported("forward_mtp: ", c.model_type,
+                       " model without an MTP draft head (config.json mtp_num_hidden_layers is 0, "
+                       "or the checkpoint holds no mtp.* tensor)");
+  if (depth < 0) return invalid_argument("forward_mtp: depth is ", depth, ", expected >= 0");
+  HYLA_RETURN_IF_ERROR(check_sequences(batch, memory.page_size, true, c.vocab_size, "forward_mtp"));
+  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, B = batch.num_sequences();
+  const Device dev = device();
+  if (!hidden.defined() || hidden.ndim() != 2 || hidden.size(0) != T || hidden.size(1) != H ||
+      hidden.dtype() != DType::kF32 || hidden.device() != dev)
+    return invalid_argument("forward_mtp: hidden is ",
+                            hidden.defined() ? hidden.view().to_string() : "undefined",
+                            ", expected [", T, ", ", H, "] f32 on ", device_name(dev));
+  const int64_t k = depth % c.num_mtp_layers;
+  const size_t kv = size_t(c.num_layers + k);  // the MTP layer's global KV layer id
+  if (memory.k_pages.size() <= kv || memory.v_pages.size() <= kv || !memory.k_pages[kv].defined() ||
+      !memory.v_pages[kv].defined())
+    return invalid_argument("forward_mtp: the batch memory has no KV pages for MTP layer ", k,
+                            " (global layer ", kv, "); k_pages and v_pages must list ",
+                            c.num_layers + c.num_mtp_layers,
+                            " layers, as a KvPagePool for this config holds them");
+  const StepIndices indices = StepIndices::pack(batch, dev, memory.staging);
+  HYLA_ASSIGN_OR_RETURN(const PagedBatch paged, paged_batch(batch, dev, memory.staging));
+  const DecoderLayer& layer = mtp_.layers[size_t(k)];
+
+  // x = fc([pre_fc_norm_embedding(embed(next tokens)) | pre_fc_norm_hidden(hidden)])
+  Tensor embedded = Tensor::empty({T, H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(
+      kernels::embedding({.table = embedding_, .ids = indices.tokens, .y = embedded}));
+  Tensor both = Tensor::empty({T, 2 * H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(norm(embedded, mtp_.pre_fc_norm_embedding, c, both.view().narrow(1, 0, H)));
+  HYLA_RETURN_IF_ERROR(norm(hidden, mtp_.pre_fc_norm_hidden, c, both.view().narrow(1, H, H)));
+  Tensor x = Tensor::empty({T, H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = both, .weight = mtp_.fc, .bias = {}, .y = x}));
+
+  // the decoder layer: x += attention(input_norm(x)); x += mlp(post_norm(x))
+  Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
+  Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(norm(x, layer.input_norm, c, normed));
+  const LayerPages pages{.k = memory.k_pages[kv], .v = memory.v_pages[kv]};
+  HYLA_RETURN_IF_ERROR(attention_forward(layer.attention, c, normed, paged, pages, branch));
+  HYLA_RETURN_IF_ERROR(add_in_place(x, branch));
+  HYLA_RETURN_IF_ERROR(norm(x, layer.post_norm, c, normed));
+  HYLA_RETURN_IF_ERROR(mlp_forward(layer, c.mtp_mlps[size_t(k)], c, normed, branch));
+  HYLA_RETURN_IF_ERROR(add_in_place(x, branch));
+
+  // out = norm(x); logits = lm_head(out) of every row, or each sequence's last one
+  MtpOutput out;
+  out.hidden = Tensor::empty({T, H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(norm(x, mtp_.norm, c, out.hidden));
+  Tensor rows = out.hidden;
+  if (!batch.logits_all) {
+    rows = Tensor::empty({B, H}, DType::kF32, dev);
+    HYLA_RETURN_IF_ERROR(
+        kernels::gather_rows({.x = out.hidden, .index = indices.last_rows, .y = rows}));
+  }
+  out.logits = Tensor::empty({rows.size(0), c.vocab_size}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(
+      kernels::linear({.x = rows, .weight = lm_head_, .bias = {}, .y = out.logits}));
+  return out;
 }
 
 HostStaging::HostStaging(int64_t capacity)
@@ -485,7 +612,9 @@ std::vector<int32_t> StepIndices::packed(const Batch& batch) {
   int32_t* p = packed.data();
   std::copy(batch.tokens.begin(), batch.tokens.end(), p);
   std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), p + T);
-  std::copy(batch.state_slots.begin(), batch.state_slots.end(), p + T + B + 1);
+  // (forward_mtp reads no slots and may leave them out)
+  std::copy_n(batch.state_slots.begin(), std::min(batch.state_slots.size(), size_t(B)),
+              p + T + B + 1);
   for (int64_t b = 0; b < B; ++b) p[T + 2 * B + 1 + b] = batch.cu_seqlens[size_t(b + 1)] - 1;
   return packed;
 }

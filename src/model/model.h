@@ -13,6 +13,7 @@
 #include "core/tensor.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/decoder_layer.h"
 #include "model/layer_state.h"
 #include "model/layers/attention.h"
 #include "model/layers/attn_residual.h"
@@ -21,23 +22,9 @@
 #include "model/layers/mla.h"
 #include "model/layers/mlp.h"
 #include "model/linear_backends.h"
+#include "model/mtp.h"
 
 namespace hyla::model {
-
-struct DecoderLayer {
-  Tensor input_norm;              ///< [hidden]
-  Tensor post_norm;               ///< [hidden]
-  GdnWeights gdn;                 ///< MixerKind::kGatedDeltaNet
-  KdaWeights kda;                 ///< MixerKind::kKimiDelta
-  AttentionWeights attention;     ///< MixerKind::kFullAttention
-  LatentAttentionWeights latent;  ///< MixerKind::kLatentAttention
-  DenseMlpWeights dense;          ///< MlpKind::kDense
-  MoeWeights moe;                 ///< MlpKind::kMoe
-  /// Attention Residuals: folded score vectors [hidden] f32 of the attention and MLP inputs
-  /// (self_attention_res_* and mlp_res_*); undefined without them.
-  Tensor attn_res_cw;
-  Tensor mlp_res_cw;
-};
 
 /// Intermediate values of one forward call, for tests against Hugging Face (all f32 [T, ...]).
 struct ForwardTrace {
@@ -57,6 +44,12 @@ struct ForwardTrace {
   Tensor attn_res_probs_out;                ///< [T, blocks + 1] of the final output mixture
   Tensor final_mix;        ///< the final output mixture (before the norm) [T, hidden]
   Tensor block_snapshots;  ///< the bank at the end [T, blocks, hidden]
+};
+
+/// What the MTP draft head gives for a batch (Model::forward_mtp), both f32 on the model's device.
+struct MtpOutput {
+  Tensor logits;  ///< [B, vocab] of each sequence's last row, [T, vocab] with logits_all
+  Tensor hidden;  ///< [T, hidden]: the head's normed output, the next depth's input hidden
 };
 
 class Model {
@@ -110,6 +103,26 @@ class Model {
   Status commit_verify(const Batch& batch, std::span<const int32_t> accepted,
                        const BatchMemory& memory) const;
 
+  /// Installs the MTP draft head (mtp.h), moved to the model's device; its projections are kept
+  /// bf16 where exact, as the model's. Model::to copies it. Errors: not config().num_mtp_layers
+  /// full-attention layers, an fc that is not [hidden, 2 hidden].
+  Status set_mtp(MtpWeights mtp);
+  /// Whether the model has an MTP draft head (forward_mtp runs).
+  bool has_mtp() const { return !mtp_.layers.empty(); }
+
+  /// The MTP draft head (mtp.h) over a batch: batch.tokens are the NEXT tokens (token_{i+1} in
+  /// the row of position i), batch.cu_seqlens / past / page_tables as forward_batch reads them
+  /// (sequence b's rows at positions past[b] + j; state_slots and boundary_slots are not read),
+  /// `hidden` [T, hidden] f32 on the model's device the input hiddens: the target's final-normed
+  /// hidden (BatchMemory::final_hidden) at depth 0, the previous depth's MtpOutput::hidden after.
+  /// `depth` picks the MTP layer (depth % num_mtp_layers, vLLM's spec_step_idx). The layer writes
+  /// the rows' K and V to the pages of global KV layer num_layers + that layer
+  /// (memory.k_pages / v_pages, the same page tables as the model's) and attends causally over
+  /// each sequence's positions <= its own there. Errors: no MTP head, a malformed batch, `hidden`
+  /// of another shape, dtype or device, no KV pages for the MTP layer.
+  Result<MtpOutput> forward_mtp(const Batch& batch, const Tensor& hidden, const BatchMemory& memory,
+                                int64_t depth = 0) const;
+
   /// Packs `batch`'s index data into `staging` exactly as forward_batch does (same regions, same
   /// order), without running anything: a CUDA graph captured over forward_batch then replays on
   /// this batch. Errors: those forward_batch gives while packing (a position beyond int32).
@@ -122,6 +135,7 @@ class Model {
   Tensor final_norm_;     ///< [hidden]
   Tensor lm_head_;        ///< [vocab, hidden] (the embedding when tied)
   Tensor output_res_cw_;  ///< [hidden] (Attention Residuals only)
+  MtpWeights mtp_;        ///< the MTP draft head; no layers without one
   LinearAttnBackends linear_backends_;
 };
 

@@ -122,18 +122,22 @@ struct IgnoredTensors {
   bool suffix;      ///< pattern is a name suffix, else a prefix
   const char* why;  ///< documentation only
 };
+constexpr std::string_view kMtpPrefix = "mtp.";
 constexpr IgnoredTensors kIgnoredTensors[] = {
-    {"mtp.", false,
+    {kMtpPrefix, false,
      "Qwen3-Next / Qwen3.5 multi-token-prediction module: a draft head for speculative decoding, "
-     "not part of the decoder"},
+     "not part of the decoder; ignored unless the config declares it (mtp_num_hidden_layers), "
+     "then the mapping table reads it and every mtp.* tensor must be read"},
     {".rotary_emb.inv_freq", true,
      "RoPE inverse frequencies that older exporters save as buffers; Hyla derives them from "
      "rope_theta"},
 };
 
 /// Known-ignored, or (in a multimodal checkpoint) outside the text decoder: another tower (vision),
-/// which load_config reports as out of scope.
-bool is_ignored(const Checkpoint& ckpt, std::string_view stored_name) {
+/// which load_config reports as out of scope. `reads_mtp`: the mapping table reads the MTP head,
+/// so no mtp.* tensor is ignored.
+bool is_ignored(const Checkpoint& ckpt, std::string_view stored_name, bool reads_mtp) {
+  if (reads_mtp && stored_name.starts_with(kMtpPrefix)) return false;
   for (const IgnoredTensors& ignored : kIgnoredTensors)
     if (ignored.suffix ? stored_name.ends_with(ignored.pattern)
                        : stored_name.starts_with(ignored.pattern))
@@ -147,14 +151,17 @@ bool is_ignored(const Checkpoint& ckpt, std::string_view stored_name) {
 Status check_all_read(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs) {
   std::unordered_set<const TensorEntry*> read;
   read.reserve(specs.size());
-  for (const WeightSpec& s : specs)
+  bool reads_mtp = false;
+  for (const WeightSpec& s : specs) {
     if (const TensorEntry* e = ckpt.find(s.name)) read.insert(e);
+    reads_mtp |= s.name.starts_with(kMtpPrefix);
+  }
   constexpr size_t kListed = 5;
   std::string listed;
   int64_t unread = 0;
   for (const SafetensorsFile& file : ckpt.files()) {
     for (const TensorEntry& entry : file.tensors()) {
-      if (read.count(&entry) != 0 || is_ignored(ckpt, entry.name)) continue;
+      if (read.count(&entry) != 0 || is_ignored(ckpt, entry.name, reads_mtp)) continue;
       if (++unread <= int64_t(kListed)) listed += str_cat("\n  '", text_excerpt(entry.name), "'");
     }
   }

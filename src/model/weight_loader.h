@@ -46,9 +46,9 @@ Result<std::unique_ptr<Model>> assemble_model(
 
 /// Checks every spec's tensor exists with its shape and a float dtype (one error naming the
 /// problems, up to 10), then that the specs read every tensor of the checkpoint except the
-/// known-ignored ones (Qwen's mtp.* draft head, rotary_emb.inv_freq buffers, and in a multimodal
-/// checkpoint the towers outside the text decoder): an unread tensor means the config describes
-/// less than the checkpoint, and the error lists the first five and the count.
+/// known-ignored ones (Qwen's mtp.* draft head unless `specs` read it, rotary_emb.inv_freq buffers,
+/// and in a multimodal checkpoint the towers outside the text decoder): an unread tensor means the
+/// config describes less than the checkpoint, and the error lists the first five and the count.
 struct WeightSpec;
 Status check_checkpoint(const Checkpoint& ckpt, const std::vector<WeightSpec>& specs);
 

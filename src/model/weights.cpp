@@ -19,6 +19,7 @@ const char* weight_role_name(WeightRole role) {
     case WeightRole::kMoeLatent: return "moe latent projection";
     case WeightRole::kAttnResidual: return "attention residual";
     case WeightRole::kLmHead: return "lm_head";
+    case WeightRole::kMtp: return "mtp draft head";
   }
   return "?";
 }

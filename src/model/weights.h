@@ -26,6 +26,7 @@ enum class WeightRole : uint8_t {
   kMoeLatent,  ///< latent MoE: routed_expert_down_proj, routed_expert_norm, routed_expert_up_proj
   kAttnResidual,  ///< Attention Residuals: the *_res_norm / *_res_proj score pairs (K3)
   kLmHead,        ///< output projection to the vocabulary
+  kMtp,  ///< the MTP draft head's own tensors (mtp.fc, its norms); its layers keep their roles
 };
 const char* weight_role_name(WeightRole role);
 

@@ -244,16 +244,18 @@ void Engine::init_decode_scratch() {
 // Per global layer: the pool views the model reads and writes (undefined for the other kind).
 void Engine::init_batch_memory() {
   const int L = int(model_.config().num_layers);
+  // KV layers: the model's, then its MTP head's (KvPagePool's global ids L, L + 1, ...)
+  const int kv_layers = L + int(model_.config().num_mtp_layers);
   memory_.conv_state.assign(size_t(L), TensorView());
   memory_.ssm_state.assign(size_t(L), TensorView());
-  memory_.k_pages.assign(size_t(L), TensorView());
-  memory_.v_pages.assign(size_t(L), TensorView());
+  memory_.k_pages.assign(size_t(kv_layers), TensorView());
+  memory_.v_pages.assign(size_t(kv_layers), TensorView());
   memory_.page_size = options_.page_size;
   memory_.decode_arrivals = decode_arrivals_;
   memory_.decode_workspace = decode_workspace_;
   memory_.layer_times = options_.layer_times;
-  for (int layer = 0; layer < L; ++layer) {
-    if (states_ && states_->linear_index(layer) >= 0) {
+  for (int layer = 0; layer < kv_layers; ++layer) {
+    if (layer < L && states_ && states_->linear_index(layer) >= 0) {
       memory_.conv_state[size_t(layer)] = states_->conv_state(states_->linear_index(layer));
       memory_.ssm_state[size_t(layer)] = states_->ssm_state(states_->linear_index(layer));
     }

@@ -163,14 +163,17 @@ TEST(SafetensorsTest, ReadsTheGoldenQwen3NextCheckpoint) {
   EXPECT_EQ(file->metadata().at("format"), "pt");
 }
 
-// Every golden file opens, the references (which hold int64 token ids) included.
+// Every golden file opens, the references (which hold int64 token ids) included. The MTP sets
+// (<arch>_mtp, derived by tools/make_mtp_model.py) hold a model and no reference.
 TEST(SafetensorsTest, OpensEveryGoldenFile) {
   const std::string roots[] = {golden_dir()};
   int files = 0;
   for (const std::string& root : roots) {
     for (const auto& arch : std::filesystem::directory_iterator(root)) {
       if (!arch.is_directory()) continue;
+      const bool derived = arch.path().filename().string().ends_with("_mtp");
       for (const char* name : {"model.safetensors", "reference.safetensors"}) {
+        if (derived && std::string_view(name) == "reference.safetensors") continue;
         const std::string path = (arch.path() / name).string();
         SCOPED_TRACE(path);
         Result<SafetensorsFile> file = SafetensorsFile::open(path);

@@ -64,8 +64,46 @@ TEST(KvPagePool, KimiLinearLatentShapes) {
   EXPECT_EQ(KvPagePool::bytes_per_token(config, {.dtype = DType::kF32}), 80 * 4);
 }
 
+// A config with an MTP draft head: its full-attention layer follows the model's as global layer
+// 4, with the model's KV shapes, and counts in every per-token and per-page figure.
+TEST(KvPagePool, MtpLayersFollowTheModels) {
+  for (const char* arch : {"golden/qwen3_next_mtp", "golden/qwen3_5_mtp"}) {
+    SCOPED_TRACE(arch);
+    const model::ModelConfig config = test_config(arch);
+    ASSERT_EQ(config.num_mtp_layers, 1);
+    const model::ModelConfig without = [&] {
+      model::ModelConfig c = config;
+      c.num_mtp_layers = 0;
+      c.mtp_mlps.clear();
+      return c;
+    }();
+    KvPagePool pool = make_pool(config, 4, {.page_size = 8, .dtype = DType::kF32});
+    ASSERT_EQ(pool.num_layers(), 2);
+    for (int layer = 0; layer < 5; ++layer)
+      EXPECT_EQ(pool.attention_index(layer), layer == 3 ? 0 : layer == 4 ? 1 : -1);
+    EXPECT_EQ(pool.layer_kind(1), MixerKind::kFullAttention);
+    for (const TensorView& t : {pool.k_cache(1), pool.v_cache(1)}) {
+      EXPECT_EQ(shape_of(t), shape_of(pool.k_cache(0)));
+      EXPECT_TRUE(all_zero_bytes(t));
+    }
+    const KvPagePoolOptions f32{.dtype = DType::kF32};
+    EXPECT_EQ(KvPagePool::bytes_per_token(config, f32),
+              2 * KvPagePool::bytes_per_token(without, f32));
+    EXPECT_EQ(make_pool(without, 1).num_layers(), 1);
+    // copy_page carries the MTP layer's rows too
+    Result<std::vector<int32_t>> pages = pool.allocate(2);
+    ASSERT_OK(pages.status());
+    std::mt19937 rng(7);
+    hyla::testing::fill_random_bytes(pool.k_cache(1).select((*pages)[0]), rng);
+    ASSERT_OK(pool.copy_page((*pages)[0], (*pages)[1]));
+    EXPECT_TRUE(hyla::testing::same_bytes(pool.k_cache(1).select((*pages)[0]),
+                                          pool.k_cache(1).select((*pages)[1])));
+  }
+}
+
 TEST(KvPagePool, BytesPerTokenIsTheSumOfTheTensors) {
-  for (const char* arch : {"golden/qwen3_next", "golden/kimi_linear", "golden/qwen3_5_moe"}) {
+  for (const char* arch :
+       {"golden/qwen3_next", "golden/kimi_linear", "golden/qwen3_5_moe", "golden/qwen3_next_mtp"}) {
     SCOPED_TRACE(arch);
     const model::ModelConfig config = test_config(arch);
     const KvPagePoolOptions options{.page_size = 8, .dtype = DType::kF32};

@@ -15,6 +15,7 @@
 #include "model/architecture.h"
 #include "model/config_json.h"
 #include "model/json_file.h"
+#include "model/mtp.h"
 #include "model/weight_loader.h"
 
 namespace hyla::model {
@@ -130,6 +131,15 @@ Result<ModelConfig> parse_qwen(const nlohmann::json& j, const std::string& sourc
           moe_model && m.num_experts > 0 && !only_mlp[size_t(i)] && (i + 1) % sparse_step == 0;
       c.mlps.push_back(moe ? MlpKind::kMoe : MlpKind::kDense);
     }
+    // The MTP draft head (Qwen3.5: inside text_config, which `j` already is): full-attention
+    // layers whose MLP follows the same rule by their index inside mtp.layers (as vLLM builds
+    // them: Qwen3NextDecoderLayer / Qwen3_5DecoderLayer with layer_idx k).
+    c.num_mtp_layers = config_int(j, "mtp_num_hidden_layers", 0, {0, kMaxLayers});
+    for (int64_t k = 0; k < c.num_mtp_layers; ++k) {
+      const bool moe = moe_model && m.num_experts > 0 &&
+                       !(k < c.num_layers && only_mlp[size_t(k)]) && (k + 1) % sparse_step == 0;
+      c.mtp_mlps.push_back(moe ? MlpKind::kMoe : MlpKind::kDense);
+    }
     HYLA_RETURN_IF_ERROR(validate(c, source));
     return c;
   });
@@ -171,9 +181,11 @@ void gdn_specs(const ModelConfig& c, int64_t i, QwenVariant v, std::vector<Weigh
   out.push_back({p + "out_proj.weight", {hidden, Hv}, WeightRole::kOutput, i});
 }
 
-void attention_specs(const ModelConfig& c, int64_t i, std::vector<WeightSpec>& out) {
+/// `prefix`: "model.layers.{i}." (layer i) or an MTP layer's "mtp.layers.{k}." (layer -1).
+void attention_specs(const ModelConfig& c, const std::string& prefix, int64_t i,
+                     std::vector<WeightSpec>& out) {
   const FullAttentionConfig& a = c.attention;
-  const std::string p = layer_prefix(i) + "self_attn.";
+  const std::string p = prefix + "self_attn.";
   const int64_t hidden = c.hidden_size, q = a.num_heads * a.head_dim * (a.output_gate ? 2 : 1);
   out.push_back({p + "q_proj.weight", {q, hidden}, WeightRole::kAttention, i});
   out.push_back(
@@ -198,11 +210,11 @@ void swiglu_specs(const std::string& p, int64_t hidden, int64_t inter, WeightRol
 /// (each expert's gate rows, then its up rows) and experts.down_proj [E, hidden, I].
 enum class ExpertLayout { kPerExpert, kFused };
 
-void mlp_specs(const ModelConfig& c, int64_t i, ExpertLayout experts,
-               std::vector<WeightSpec>& out) {
-  const std::string p = layer_prefix(i) + "mlp.";
+void mlp_specs(const ModelConfig& c, const std::string& prefix, int64_t i, MlpKind kind,
+               ExpertLayout experts, std::vector<WeightSpec>& out) {
+  const std::string p = prefix + "mlp.";
   const int64_t hidden = c.hidden_size;
-  if (c.mlps[size_t(i)] == MlpKind::kDense) {
+  if (kind == MlpKind::kDense) {
     swiglu_specs(p, hidden, c.intermediate_size, WeightRole::kDenseMlp, i, out);
     return;
   }
@@ -240,17 +252,29 @@ std::vector<WeightSpec> qwen_weights_with(const ModelConfig& c, ExpertLayout exp
     if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
       gdn_specs(c, i, v, out);
     } else {
-      attention_specs(c, i, out);
+      attention_specs(c, layer_prefix(i), i, out);
     }
     out.push_back({layer_prefix(i) + "post_attention_layernorm.weight",
                    {c.hidden_size},
                    WeightRole::kNorm,
                    i});
-    mlp_specs(c, i, experts, out);
+    mlp_specs(c, layer_prefix(i), i, c.mlps[size_t(i)], experts, out);
   }
   out.push_back({"model.norm.weight", {c.hidden_size}, WeightRole::kNorm});
   if (!c.tie_word_embeddings)
     out.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, WeightRole::kLmHead});
+  return out;
+}
+
+/// The MTP draft head's tensors (mtp.h; none without MTP layers): its own, then each layer's
+/// attention and MLP named as the model's layers' under mtp.layers.{k}. (model level, layer -1).
+/// Read by the loader; `hyla inspect` lists the decoder's table only.
+std::vector<WeightSpec> qwen_mtp_weights(const ModelConfig& c, ExpertLayout experts) {
+  std::vector<WeightSpec> out = mtp_module_specs(c);
+  for (int64_t k = 0; k < c.num_mtp_layers; ++k) {
+    attention_specs(c, mtp_layer_prefix(k), -1, out);
+    mlp_specs(c, mtp_layer_prefix(k), -1, c.mtp_mlps[size_t(k)], experts, out);
+  }
   return out;
 }
 
@@ -269,14 +293,30 @@ ExpertLayout expert_layout_of(const ModelConfig& c, const Checkpoint& ckpt) {
   return ExpertLayout::kPerExpert;
 }
 
+/// The same for the MTP layers (a checkpoint may store them another way than the decoder's).
+ExpertLayout mtp_expert_layout_of(const ModelConfig& c, const Checkpoint& ckpt) {
+  for (int64_t k = 0; k < c.num_mtp_layers; ++k)
+    if (c.mtp_mlps[size_t(k)] == MlpKind::kMoe)
+      return ckpt.find(mtp_layer_prefix(k) + "mlp.experts.gate_up_proj") != nullptr
+                 ? ExpertLayout::kFused
+                 : ExpertLayout::kPerExpert;
+  return ExpertLayout::kPerExpert;
+}
+
+bool holds_mtp_tensors(const Checkpoint& ckpt) {
+  for (const std::string& name : ckpt.names())
+    if (name.starts_with("mtp.")) return true;
+  return false;
+}
+
 // ---- loader ----
 
 /// Loads tensors by the names of the mapping table (which check_checkpoint has validated).
 class QwenLoader {
  public:
-  QwenLoader(const ModelConfig& c, const Checkpoint& ckpt, ExpertLayout experts)
-      : c_(c), ckpt_(ckpt), experts_(experts) {
-    for (const WeightSpec& s : qwen_weights_with(c, experts)) shapes_.emplace(s.name, s.shape);
+  QwenLoader(const ModelConfig& c, const Checkpoint& ckpt, const std::vector<WeightSpec>& specs)
+      : c_(c), ckpt_(ckpt) {
+    for (const WeightSpec& s : specs) shapes_.emplace(s.name, s.shape);
   }
   Result<Tensor> get(const std::string& name) const {
     auto it = shapes_.find(name);
@@ -326,8 +366,9 @@ class QwenLoader {
     return w;
   }
 
-  Result<AttentionWeights> attention(int64_t i) const {
-    const std::string p = layer_prefix(i) + "self_attn.";
+  /// `prefix`: "model.layers.{i}." or "mtp.layers.{k}.".
+  Result<AttentionWeights> attention(const std::string& prefix) const {
+    const std::string p = prefix + "self_attn.";
     AttentionWeights w;
     HYLA_ASSIGN_OR_RETURN(Tensor q, get(p + "q_proj.weight"));  // per head [q_h | gate_h]
     HYLA_ASSIGN_OR_RETURN(Tensor k, get(p + "k_proj.weight"));
@@ -348,11 +389,11 @@ class QwenLoader {
     return w;
   }
 
-  Result<MoeWeights> moe(int64_t i) const {
-    const std::string p = layer_prefix(i) + "mlp.";
+  Result<MoeWeights> moe(const std::string& prefix, ExpertLayout experts) const {
+    const std::string p = prefix + "mlp.";
     MoeWeights w;
     HYLA_ASSIGN_OR_RETURN(w.router, get(p + "gate.weight"));
-    if (experts_ == ExpertLayout::kFused) {
+    if (experts == ExpertLayout::kFused) {
       // already stacked as the model keeps them: [E, 2I, hidden] (rows [gate | up]), [E, hidden, I]
       HYLA_ASSIGN_OR_RETURN(w.experts_gate_up, get(p + "experts.gate_up_proj"));
       HYLA_ASSIGN_OR_RETURN(w.experts_down, get(p + "experts.down_proj"));
@@ -378,29 +419,57 @@ class QwenLoader {
  private:
   const ModelConfig& c_;
   const Checkpoint& ckpt_;
-  ExpertLayout experts_;
   std::map<std::string, std::vector<int64_t>> shapes_;
 };
 
-Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& c, const Checkpoint& ckpt) {
-  const ExpertLayout experts = expert_layout_of(c, ckpt);
-  HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, qwen_weights_with(c, experts)));
-  const QwenLoader load(c, ckpt, experts);
-  return assemble_model(
-      c, [&](const std::string& name) { return load.get(name); },
-      [&](int64_t i, DecoderLayer& layer) -> Status {
-        if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
-          HYLA_ASSIGN_OR_RETURN(layer.gdn, load.gdn(i));
-        } else {
-          HYLA_ASSIGN_OR_RETURN(layer.attention, load.attention(i));
-        }
-        if (c.mlps[size_t(i)] == MlpKind::kMoe) {
-          HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(i));
-        } else {
-          HYLA_ASSIGN_OR_RETURN(layer.dense, load.swiglu(layer_prefix(i) + "mlp."));
-        }
-        return ok_status();
-      });
+Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& config, const Checkpoint& ckpt) {
+  ModelConfig c = config;
+  // A config that declares MTP layers over a checkpoint without any mtp.* tensor (an export that
+  // dropped the draft head) loads the decoder alone and says so; a partial head is an error.
+  if (c.num_mtp_layers > 0 && !holds_mtp_tensors(ckpt)) {
+    c.warnings.push_back(str_cat(ckpt.source(), ": config.json declares mtp_num_hidden_layers ",
+                                 c.num_mtp_layers,
+                                 " but the checkpoint holds no mtp.* tensor: loaded without the "
+                                 "MTP draft head"));
+    c.num_mtp_layers = 0;
+    c.mtp_mlps.clear();
+  }
+  const ExpertLayout experts = expert_layout_of(c, ckpt),
+                     mtp_experts = mtp_expert_layout_of(c, ckpt);
+  std::vector<WeightSpec> specs = qwen_weights_with(c, experts);
+  for (WeightSpec& s : qwen_mtp_weights(c, mtp_experts)) specs.push_back(std::move(s));
+  HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, specs));
+  const QwenLoader load(c, ckpt, specs);
+  const auto get = [&](const std::string& name) { return load.get(name); };
+  // the MLP of a layer (model.layers.{i}. or mtp.layers.{k}.)
+  const auto fill_mlp = [&](const std::string& prefix, MlpKind mlp, ExpertLayout layout,
+                            DecoderLayer& layer) -> Status {
+    if (mlp == MlpKind::kMoe) {
+      HYLA_ASSIGN_OR_RETURN(layer.moe, load.moe(prefix, layout));
+    } else {
+      HYLA_ASSIGN_OR_RETURN(layer.dense, load.swiglu(prefix + "mlp."));
+    }
+    return ok_status();
+  };
+  HYLA_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        assemble_model(c, get, [&](int64_t i, DecoderLayer& layer) -> Status {
+                          if (c.mixers[size_t(i)] == MixerKind::kGatedDeltaNet) {
+                            HYLA_ASSIGN_OR_RETURN(layer.gdn, load.gdn(i));
+                          } else {
+                            HYLA_ASSIGN_OR_RETURN(layer.attention, load.attention(layer_prefix(i)));
+                          }
+                          return fill_mlp(layer_prefix(i), c.mlps[size_t(i)], experts, layer);
+                        }));
+  if (c.num_mtp_layers > 0) {
+    HYLA_ASSIGN_OR_RETURN(
+        MtpWeights mtp,
+        load_mtp(c, get, [&](int64_t k, const std::string& prefix, DecoderLayer& layer) -> Status {
+          HYLA_ASSIGN_OR_RETURN(layer.attention, load.attention(prefix));
+          return fill_mlp(prefix, c.mtp_mlps[size_t(k)], mtp_experts, layer);
+        }));
+    HYLA_RETURN_IF_ERROR(model->set_mtp(std::move(mtp)));
+  }
+  return model;
 }
 
 }  // namespace

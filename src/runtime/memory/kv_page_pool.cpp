@@ -29,11 +29,20 @@ KvRow row_of(const ModelConfig& c, MixerKind kind) {
 
 bool is_attention(MixerKind kind) { return !model::is_linear_mixer(kind); }
 
+/// Every global layer's mixer: the model's layers, then the MTP head's full-attention layers.
+std::vector<MixerKind> global_layers(const ModelConfig& c) {
+  std::vector<MixerKind> kinds = c.mixers;
+  kinds.insert(kinds.end(), size_t(std::max<int64_t>(c.num_mtp_layers, 0)),
+               MixerKind::kFullAttention);
+  return kinds;
+}
+
 Status check_config(const ModelConfig& c) {
-  if (std::none_of(c.mixers.begin(), c.mixers.end(), is_attention))
+  const std::vector<MixerKind> kinds = global_layers(c);
+  if (std::none_of(kinds.begin(), kinds.end(), is_attention))
     return invalid_argument("kv_page_pool: ", c.model_type,
                             " has no attention layer, so it needs no KV pages");
-  for (MixerKind kind : c.mixers) {
+  for (MixerKind kind : kinds) {
     if (!is_attention(kind)) continue;
     const KvRow r = row_of(c, kind);
     if (r.heads <= 0 || r.dim <= 0)
@@ -48,7 +57,7 @@ Status check_config(const ModelConfig& c) {
 
 int64_t KvPagePool::bytes_per_token(const ModelConfig& config, KvPagePoolOptions options) {
   int64_t elements = 0;
-  for (MixerKind kind : config.mixers)
+  for (MixerKind kind : global_layers(config))
     if (is_attention(kind)) elements += row_of(config, kind).elements();
   return elements * dtype_size(options.dtype);
 }
@@ -68,7 +77,7 @@ Result<KvPagePool> KvPagePool::create(const ModelConfig& config, int64_t num_pag
   pool.options_ = options;
   pool.capacity_ = num_pages;
   pool.page_bytes_ = bytes_per_token(config, options) * options.page_size;
-  for (MixerKind kind : config.mixers) {
+  for (MixerKind kind : global_layers(config)) {
     if (!is_attention(kind)) {
       pool.attention_index_.push_back(-1);
       continue;
@@ -157,7 +166,7 @@ int64_t KvPagePool::pages_for_tokens(int64_t tokens) const {
 
 int KvPagePool::attention_index(int layer) const {
   HYLA_CHECK(layer >= 0 && size_t(layer) < attention_index_.size(), "attention_index(", layer,
-             ") of a model with ", attention_index_.size(), " layers");
+             ") of a model with ", attention_index_.size(), " layers (MTP layers included)");
   return attention_index_[size_t(layer)];
 }
 

@@ -1,6 +1,8 @@
 // KvPagePool: paged KV cache for the attention layers only (linear layers keep their state in
 // StatePool). A page holds `page_size` consecutive tokens of one sequence in every attention layer;
-// a request's page table lists its pages in token order. Per attention layer:
+// a request's page table lists its pages in token order. A config with an MTP draft head
+// (num_mtp_layers > 0) adds its full-attention layers after the model's, as global layer ids
+// num_layers .. num_layers + num_mtp_layers - 1, sharing the pages. Per attention layer:
 //   full attention (Qwen)  k, v    [pages, page_size, HKV, head_dim]
 //   latent attention (MLA) latent  [pages, page_size, 1, kv_lora_rank + rope] rows [c | k_pe]
 // head_dim (last) contiguous; f32 or bf16 (default).
@@ -28,7 +30,8 @@ class KvPagePool {
   /// attention layer, num_pages outside [1, 2^31), page_size < 1, a dtype other than f32 / bf16.
   static Result<KvPagePool> create(const model::ModelConfig& config, int64_t num_pages,
                                    KvPagePoolOptions options = {});
-  /// Bytes one token occupies over all attention layers (K and V, or the MLA latent).
+  /// Bytes one token occupies over all attention layers, the MTP head's included (K and V, or
+  /// the MLA latent).
   static int64_t bytes_per_token(const model::ModelConfig& config, KvPagePoolOptions options = {});
 
   /// `pages` free page ids, all or nothing: on error nothing is taken.
@@ -52,7 +55,8 @@ class KvPagePool {
 
   /// Number of attention layers (the compact index range of the views below).
   int num_layers() const { return int(kinds_.size()); }
-  /// Global layer id -> compact attention index; -1 for linear layers.
+  /// Global layer id (the model's layers, then the MTP head's) -> compact attention index; -1 for
+  /// linear layers.
   int attention_index(int layer) const;
   /// kFullAttention or kLatentAttention.
   model::MixerKind layer_kind(int attention_index) const;
