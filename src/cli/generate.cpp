@@ -173,9 +173,10 @@ nlohmann::json speculative_json(const runtime::Engine& engine) {
   if (o.speculative.drafter == runtime::SpeculativeOptions::Drafter::kNone) return nullptr;
   const runtime::EngineStats s = engine.stats();
   const auto ratio = [](int64_t a, int64_t b) { return b > 0 ? double(a) / double(b) : 0.0; };
-  return {{"drafter", o.speculative.drafter == runtime::SpeculativeOptions::Drafter::kNgram
-                          ? "ngram"
-                          : "draft model"},
+  using Drafter = runtime::SpeculativeOptions::Drafter;
+  return {{"drafter", o.speculative.drafter == Drafter::kNgram ? "ngram"
+                      : o.speculative.drafter == Drafter::kMtp ? "mtp"
+                                                               : "draft model"},
           {"draft_tokens", o.speculative.draft_tokens},
           {"mode", o.speculative.mode == model::VerifyMode::kReplay ? "replay" : "states"},
           {"verify_steps", s.spec_steps},

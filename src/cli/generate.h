@@ -50,7 +50,7 @@ struct GenerateOptions {
   std::string prefix_cache_int8 = "off";  ///< on | off: snapshots outside the pool in int8
   /// ids mode: each prompt starts once the previous one has finished (so it can reuse them).
   bool sequential = false;
-  /// off | ngram | draft:DIR: drafts verified by the model (cli/speculative.h, engine.h)
+  /// off | ngram | mtp | draft:DIR: drafts verified by the model (cli/speculative.h, engine.h)
   std::string speculative = "off";
   int64_t draft_tokens = 4;          ///< K: drafts per request and step
   std::string spec_mode = "replay";  ///< replay | states: how linear layers roll back

@@ -126,9 +126,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off"}));
   gen->add_option("--speculative", generate.speculative,
                   "speculative decoding: off (default), ngram (drafts looked up in the prompt "
-                  "and the output so far) or draft:DIR (greedy drafts of a small model of the "
-                  "same vocabulary); drafts are verified by the model, greedy output is unchanged")
-      ->check(CLI::Validator(hyla::cli::check_speculative_flag, "off|ngram|draft:DIR"));
+                  "and the output so far), mtp (the checkpoint's multi-token-prediction head) or "
+                  "draft:DIR (greedy drafts of a small model of the same vocabulary); drafts are "
+                  "verified by the model, greedy output is unchanged")
+      ->check(CLI::Validator(hyla::cli::check_speculative_flag, "off|ngram|mtp|draft:DIR"));
   gen->add_option("--draft-tokens", generate.draft_tokens,
                   "drafts per request and step with --speculative (default 4)")
       ->check(CLI::Range(int64_t{1}, int64_t{16}));  // runtime::kMaxDraftTokens
@@ -235,9 +236,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off"}));
   srv->add_option("--speculative", serve.speculative,
                   "speculative decoding: off (default), ngram (drafts from the prompt, the output "
-                  "so far and a request's 'prediction') or draft:DIR (a small model of the same "
-                  "vocabulary); drafts are verified by the model")
-      ->check(CLI::Validator(hyla::cli::check_speculative_flag, "off|ngram|draft:DIR"));
+                  "so far and a request's 'prediction'), mtp (the checkpoint's MTP head) or "
+                  "draft:DIR (a small model of the same vocabulary); drafts are verified by the "
+                  "model")
+      ->check(CLI::Validator(hyla::cli::check_speculative_flag, "off|ngram|mtp|draft:DIR"));
   srv->add_option("--draft-tokens", serve.draft_tokens,
                   "drafts per request and step with --speculative (default 4)")
       ->check(CLI::Range(int64_t{1}, int64_t{16}));  // runtime::kMaxDraftTokens

@@ -25,7 +25,7 @@ struct ServeOptions {
   int64_t prefix_cache_host_mib = 0;    ///< --prefix-cache-host-mib: the cache's host tier
   int64_t prefix_cache_device_mib = 0;  ///< --prefix-cache-device-mib: its int8 device tier
   bool prefix_cache_int8 = false;       ///< --prefix-cache-int8 on|off
-  std::string speculative = "off";      ///< --speculative off|ngram|draft:DIR (cli/speculative.h)
+  std::string speculative = "off";      ///< --speculative off|ngram|mtp|draft:DIR
   int64_t draft_tokens = 4;             ///< --draft-tokens K
   bool spec_replay = true;              ///< --spec-mode replay|states
   int http_threads = 2;

@@ -12,11 +12,12 @@ Result<SpeculativeFlag> parse_speculative_flag(std::string_view value) {
   using Drafter = runtime::SpeculativeOptions::Drafter;
   if (value == "off") return SpeculativeFlag{};
   if (value == "ngram") return SpeculativeFlag{.drafter = Drafter::kNgram, .draft_dir = {}};
+  if (value == "mtp") return SpeculativeFlag{.drafter = Drafter::kMtp, .draft_dir = {}};
   if (value.starts_with("draft:") && value.size() > 6)
     return SpeculativeFlag{.drafter = Drafter::kDraftModel,
                            .draft_dir = std::string(value.substr(6))};
   return invalid_argument("--speculative is '", value,
-                          "', expected off, ngram or draft:DIR (a draft model's directory)");
+                          "', expected off, ngram, mtp or draft:DIR (a draft model's directory)");
 }
 
 std::string check_speculative_flag(const std::string& value) {

@@ -1,4 +1,4 @@
-// --speculative for `hyla generate` and `hyla serve`: off | ngram | draft:DIR, and the draft
+// --speculative for `hyla generate` and `hyla serve`: off | ngram | mtp | draft:DIR, and the draft
 // model that draft:DIR names, loaded next to the model (runtime/spec/draft_model.h).
 #pragma once
 

@@ -13,6 +13,7 @@
 #include "kernels/argmax.h"
 #include "kernels/gated_delta_rule.h"
 #include "kernels/gated_delta_rule_decode.h"
+#include "kernels/gather_rows.h"
 #include "runtime/memory/host_memory.h"
 #include "runtime/spec/acceptance.h"
 
@@ -55,6 +56,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
     return invalid_argument("Engine: speculative.draft_tokens is ", spec.draft_tokens,
                             ", expected an integer in [1, ", kMaxDraftTokens, "]");
   HYLA_RETURN_IF_ERROR(validate(spec.ngram));
+  if (spec.drafter == SpeculativeOptions::Drafter::kMtp && !model.has_mtp())
+    return invalid_argument(
+        "Engine: speculative.drafter is the MTP head, but the model has none (its config declares "
+        "no mtp_num_hidden_layers, or its checkpoint holds no mtp.* tensors)");
   if (spec.drafter == SpeculativeOptions::Drafter::kDraftModel) {
     if (spec.draft_model == nullptr)
       return invalid_argument("Engine: speculative.drafter is the draft model, but none is given");
@@ -100,7 +105,9 @@ Status Engine::init_stream() {
   // that does not fit uploads the synchronous way).
   staging_ = std::make_unique<model::HostStaging>(int64_t{1} << 20);
   memory_.staging = staging_.get();
-  if (options_.cuda_graphs && DecodeGraphs::supports(model_.config()))
+  // The MTP head reads every step's final hiddens, which graphs do not leave.
+  if (options_.cuda_graphs && DecodeGraphs::supports(model_.config()) &&
+      options_.speculative.drafter != SpeculativeOptions::Drafter::kMtp)
     graphs_ = std::make_unique<DecodeGraphs>(model_, stream_, max_step_sequences());
   return ok_status();
 }
@@ -931,7 +938,11 @@ std::vector<TokenEvent> Engine::step() {
   // the others run their kernels on the engine's stream.
   const bool replay =
       graphs_ && !host_rows && batch.is_decode() && !memory_.layer_times && !op_times_active();
+  const bool mtp = options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp;
+  memory_.final_hidden = mtp ? &step_hidden_ : nullptr;
   Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, host_rows);
+  memory_.final_hidden = nullptr;
+  std::vector<MtpRun> mtp_runs;
   if (!picks.ok()) {
     for (const std::vector<Boundary>& list : boundaries)
       for (const Boundary& boundary : list) (void)states_->free(boundary.slot);
@@ -948,7 +959,23 @@ std::vector<TokenEvent> Engine::step() {
     // Only a state whose logits came out finite is worth resuming from.
     if (!boundaries.empty()) keep_boundaries(r, boundaries[size_t(b)], picks->bad(b) == 0);
     if (cache_ && picks->bad(b) == 0 && wants_snapshot(r)) snapshot(r, /*adopt=*/false);
-    if (!r.prefill_done()) continue;  // mid-prefill chunk: nothing to sample
+    // The MTP head runs over this chunk once the token after it is known.
+    const auto mtp_run = [&] {
+      if (!mtp) return;
+      const Scheduled& sc = scheduled[size_t(b)];
+      const std::vector<int32_t> seq = sequence(r);
+      if (int64_t(seq.size()) < sc.begin + sc.count + 1) return;
+      mtp_runs.push_back(
+          MtpRun{.id = r.id,
+                 .begin = sc.begin,
+                 .first_row = batch.cu_seqlens[size_t(b)],
+                 .next = std::vector<int32_t>(seq.begin() + sc.begin + 1,
+                                              seq.begin() + sc.begin + sc.count + 1)});
+    };
+    if (!r.prefill_done()) {  // mid-prefill chunk: nothing to sample
+      if (picks->bad(b) == 0) mtp_run();
+      continue;
+    }
 
     if (const int32_t bad = picks->bad(b); bad > 0) {
       const int32_t first = picks->first_bad(b);
@@ -974,6 +1001,7 @@ std::vector<TokenEvent> Engine::step() {
     }
     r.generated.push_back(token);
     ++totals_.tokens_generated;
+    mtp_run();
     // The drafter goes with the request's tokens (one that cannot hold more stops drafting).
     if (r.drafter && !r.drafter->append(std::span<const int32_t>(&token, 1)).ok())
       r.drafter.reset();
@@ -992,6 +1020,7 @@ std::vector<TokenEvent> Engine::step() {
                                 .cached_tokens = std::max<int64_t>(r.cached, 0)});
     if (reason != FinishReason::kNone) release(r.id, reason, events);
   }
+  if (!mtp_runs.empty()) mtp_draft(mtp_runs);
   return events;
 }
 
@@ -1030,6 +1059,14 @@ std::vector<std::vector<int32_t>> Engine::drafts_for(const std::vector<Scheduled
       return drafts;
     }
     for (size_t i = 0; i < asked.size(); ++i) drafts[asked[i]] = std::move((*proposed)[i]);
+  } else if (options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp) {
+    for (size_t b = 0; b < B; ++b) {
+      Request& r = *scheduled[b].request;
+      const int64_t k = std::max<int64_t>(draft_limit(r), 0);
+      drafts[b].assign(r.mtp_drafts.begin(),
+                       r.mtp_drafts.begin() + std::min<int64_t>(k, int64_t(r.mtp_drafts.size())));
+      r.mtp_drafts.clear();
+    }
   } else {
     for (size_t b = 0; b < B; ++b) {
       const Request& r = *scheduled[b].request;
@@ -1082,6 +1119,8 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   }
   batch.logits_all = true;
   batch.verify = true;
+  const bool mtp = options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp;
+  memory_.final_hidden = mtp ? &step_hidden_ : nullptr;
   verify_record_.mode = options_.speculative.mode;
   memory_.verify = &verify_record_;
   ++totals_.steps;
@@ -1100,11 +1139,13 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
       picks = step.status();
     }
   } else {
-    // The fused verify kernel, when chosen, takes sequences of one length.
+    // The fused verify kernel, when chosen, takes sequences of one length (the MTP head reads
+    // rows at the padded offsets).
     if (model_.linear_backends().verify_backend() == model::LinearDecodeBackend::kFused)
       batch = pad_verify_tokens(batch);
     picks = run_step(batch, host_rows);
   }
+  memory_.final_hidden = nullptr;
   const auto fail_all = [&](const std::string& message) {
     for (const Scheduled& s : scheduled)
       release(s.request->id, FinishReason::kError, events, message);
@@ -1205,12 +1246,20 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
     fail_all(committed.message());
     return true;
   }
+  std::vector<MtpRun> mtp_runs;
   for (int64_t b = 0; b < B; ++b) {
     Request& r = *scheduled[size_t(b)].request;
     Outcome& out = outcomes[size_t(b)];
     if (!out.error.empty()) {
       release(r.id, FinishReason::kError, events, std::move(out.error));
       continue;
+    }
+    // The MTP head runs over the kept positions; the emitted tokens follow them.
+    if (mtp && out.reason == FinishReason::kNone) {
+      MtpRun run{
+          .id = r.id, .begin = r.processed, .first_row = batch.cu_seqlens[size_t(b)], .next = {}};
+      for (const TokenEvent& e : out.events) run.next.push_back(e.token);
+      mtp_runs.push_back(std::move(run));
     }
     r.processed += commit[size_t(b)];
     totals_.tokens_generated += commit[size_t(b)];
@@ -1228,7 +1277,113 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
     if (out.reason != FinishReason::kNone) release(r.id, out.reason, events);
   }
   verify_record_.layers.clear();  // its tensors are not needed past the commit
+  if (!mtp_runs.empty()) mtp_draft(mtp_runs);
   return true;
+}
+
+void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
+  const CurrentStream on(stream_.handle ? stream_ : current_stream());
+  const int64_t V = model_.config().vocab_size;
+  // Depth 0: every run's positions, next tokens and the step's hiddens of those rows.
+  model::Batch batch;
+  batch.cu_seqlens.push_back(0);
+  std::vector<int32_t> rows;
+  std::vector<Request*> live;
+  for (const MtpRun& run : runs) {
+    const auto it = requests_.find(run.id);
+    if (it == requests_.end() || run.next.empty()) continue;
+    Request& r = it->second;
+    r.mtp_drafts.clear();
+    batch.tokens.insert(batch.tokens.end(), run.next.begin(), run.next.end());
+    batch.cu_seqlens.push_back(int32_t(batch.tokens.size()));
+    batch.past.push_back(run.begin);
+    batch.state_slots.push_back(r.slot);
+    batch.page_tables.push_back(r.pages);
+    for (size_t j = 0; j < run.next.size(); ++j) rows.push_back(run.first_row + int32_t(j));
+    live.push_back(&r);
+  }
+  if (live.empty()) return;
+  const auto gather = [&](const Tensor& from, const std::vector<int32_t>& index) -> Result<Tensor> {
+    Tensor out = Tensor::empty({int64_t(index.size()), from.size(1)}, DType::kF32, from.device());
+    const Tensor index_d = model::upload_i32(index, from.device(), nullptr);
+    HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = from, .index = index_d, .y = out}));
+    return out;
+  };
+  // Greedy picks of each sequence's last row, on the host.
+  const auto argmax_rows = [&](const Tensor& logits) {
+    const Tensor host = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
+    std::vector<int32_t> ids(size_t(host.size(0)));
+    for (int64_t i = 0; i < host.size(0); ++i) {
+      const float* row = host.host<float>() + i * V;
+      ids[size_t(i)] =
+          int32_t(std::max_element(row, row + V,
+                                   [](float a, float b) {
+                                     return std::isnan(b) ? false : std::isnan(a) || a < b;
+                                   }) -
+                  row);
+    }
+    return ids;
+  };
+  const auto failed = [&] {
+    ++totals_.spec_draft_failures;
+    for (Request* r : live) r->mtp_drafts.clear();
+  };
+  Result<Tensor> hidden = gather(step_hidden_, rows);
+  if (!hidden.ok()) return failed();
+  Result<model::MtpOutput> out = model_.forward_mtp(batch, *hidden, memory_, 0);
+  if (!out.ok()) return failed();
+  std::vector<int32_t> picks = argmax_rows(out->logits);
+  // The rows that go on: decoding requests with drafts left to make; depth d drafts token d + 1
+  // at position processed + d - 1 (its KV row needs that page, taken only from free ones).
+  std::vector<int32_t> last_rows;
+  for (size_t i = 0; i < live.size(); ++i) last_rows.push_back(batch.cu_seqlens[i + 1] - 1);
+  std::vector<size_t> going;
+  for (size_t i = 0; i < live.size(); ++i)
+    if (live[i]->prefill_done()) {
+      live[i]->mtp_drafts.push_back(picks[i]);
+      going.push_back(i);
+    }
+  Tensor prev_hidden = out->hidden;
+  std::vector<int32_t> prev_rows;  // per entry of `going`: its row of prev_hidden
+  for (const size_t i : going) prev_rows.push_back(last_rows[i]);
+  for (int64_t depth = 1; depth < options_.speculative.draft_tokens && !going.empty(); ++depth) {
+    model::Batch next;
+    next.cu_seqlens.push_back(0);
+    std::vector<size_t> kept;
+    std::vector<int32_t> hidden_rows;
+    for (size_t g = 0; g < going.size(); ++g) {
+      Request& r = *live[going[g]];
+      if (int64_t(r.mtp_drafts.size()) >= std::max<int64_t>(draft_limit(r), 1)) continue;
+      const int64_t position = r.processed + depth - 1;
+      if (pages_) {
+        const int64_t more = pages_for(position + 1) - int64_t(r.pages.size());
+        if (more > 0) {
+          if (more > pages_->free_pages()) continue;
+          std::optional<std::vector<int32_t>> pages = take_pages(more);
+          if (!pages) continue;
+          r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+        }
+      }
+      next.tokens.push_back(r.mtp_drafts.back());
+      next.cu_seqlens.push_back(int32_t(next.tokens.size()));
+      next.past.push_back(position);
+      next.state_slots.push_back(r.slot);
+      next.page_tables.push_back(r.pages);
+      hidden_rows.push_back(prev_rows[g]);
+      kept.push_back(going[g]);
+    }
+    if (kept.empty()) break;
+    Result<Tensor> h = gather(prev_hidden, hidden_rows);
+    if (!h.ok()) return failed();
+    out = model_.forward_mtp(next, *h, memory_, depth);
+    if (!out.ok()) return failed();
+    picks = argmax_rows(out->logits);
+    for (size_t i = 0; i < kept.size(); ++i) live[kept[i]]->mtp_drafts.push_back(picks[i]);
+    prev_hidden = out->hidden;
+    prev_rows.clear();
+    for (size_t i = 0; i < kept.size(); ++i) prev_rows.push_back(int32_t(i));
+    going = kept;
+  }
 }
 
 bool Engine::idle() const { return requests_.empty() && pending_events_.empty(); }

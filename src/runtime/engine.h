@@ -75,6 +75,7 @@ struct SpeculativeOptions {
     kNone,        ///< plain decoding
     kNgram,       ///< drafts from the request's own tokens (runtime/spec/ngram_drafter.h)
     kDraftModel,  ///< greedy drafts of a small model (runtime/spec/draft_model.h)
+    kMtp,         ///< greedy drafts of the model's own MTP head (model/mtp.h)
   };
   Drafter drafter = Drafter::kNone;
   int64_t draft_tokens = 4;  ///< K: drafts per request and step, in [1, kMaxDraftTokens]
@@ -297,6 +298,8 @@ class Engine {
     std::unique_ptr<NgramDrafter> drafter;
     std::mt19937_64 spec_rng;
     int64_t spec_k = 0;  ///< adaptive K: its next step's most drafts (0: not verified yet, K)
+    /// kMtp: the MTP head's drafts after the last step (for its next tokens).
+    std::vector<int32_t> mtp_drafts;
     bool prefill_done() const { return processed >= prefill_len; }
   };
   /// One sequence of the step's batch.
@@ -382,6 +385,17 @@ class Engine {
   /// Cuts `drafts` to what `r`'s KV pages can hold, taking free pages for them first (drafts
   /// never preempt anyone).
   void fit_drafts(Request& r, std::vector<int32_t>& drafts);
+  /// kMtp, after a step: the positions one sequence ran and the tokens that follow them.
+  struct MtpRun {
+    RequestId id;
+    int64_t begin;              ///< first position
+    int32_t first_row;          ///< its first row in the step's final hiddens
+    std::vector<int32_t> next;  ///< the token after each position
+  };
+  /// kMtp: runs the MTP head over the step's positions (its KV rows), then drafts each decoding
+  /// request's next tokens greedily, one depth per draft (Request::mtp_drafts). Failures leave
+  /// no drafts (counted), never an error.
+  void mtp_draft(const std::vector<MtpRun>& runs);
   /// Frees the request's slot and pages and drops it.
   void release(RequestId id, FinishReason reason, std::vector<TokenEvent>& events,
                std::string error = {});
@@ -415,6 +429,7 @@ class Engine {
   int64_t admissions_ = 0;             ///< admissions so far (Request::admission)
   model::VerifyRecord verify_record_;  ///< the linear layers' record of the last verify step
   std::unique_ptr<DraftModelDrafter> draft_model_;  ///< SpeculativeOptions::kDraftModel
+  Tensor step_hidden_;  ///< kMtp: the step's final-normed hidden of every row
   EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps, preemptions
 };
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "chi_square.h"
+#include "model/architecture.h"
 #include "speculative_testing.h"
 
 namespace hyla::runtime {
@@ -63,6 +64,33 @@ TEST_P(SpeculativeTest, DraftModelGreedyEqualsPlainDecoding) {
   expect_speculative_greedy_equals_plain(
       GetParam(), Device::cpu(), model::VerifyMode::kReplay, /*cache=*/true,
       {.draft = other.model.get(), .expect_accepted = false, .expect_rejected = true});
+}
+
+// Drafts of the checkpoint's own MTP head (tests/data/golden/<arch>_mtp: the golden decoder and a
+// seeded random head, made by tools/make_mtp_model.py): its KV rows written every step, rolled
+// back with the page table.
+TEST(Speculative, MtpGreedyEqualsPlainDecoding) {
+  for (const char* arch : {"qwen3_next", "qwen3_5"}) {
+    Result<std::unique_ptr<model::Model>> with_head =
+        model::load_model(std::string(HYLA_TEST_DATA_DIR) + "/golden/" + arch + "_mtp");
+    ASSERT_OK(with_head.status());
+    for (const model::VerifyMode mode :
+         {model::VerifyMode::kReplay, model::VerifyMode::kStepStates})
+      for (const bool cache : {false, true}) {
+        SCOPED_TRACE(str_cat(arch, mode == model::VerifyMode::kReplay ? " replay" : " step states",
+                             cache ? ", cache on" : ", cache off"));
+        expect_speculative_greedy_equals_plain(
+            arch, Device::cpu(), mode, cache,
+            {.expect_accepted = false, .expect_rejected = true, .mtp_model = with_head->get()});
+      }
+  }
+}
+
+TEST(Speculative, MtpNeedsAHead) {
+  EngineOptions options = test_options();
+  options.speculative.drafter = SpeculativeOptions::Drafter::kMtp;
+  EXPECT_ERROR_CONTAINS(Engine::create(*golden("qwen3_next").model, options).status(),
+                        "speculative.drafter is the MTP head, but the model has none");
 }
 
 TEST(Speculative, DraftModelOptionsAreChecked) {

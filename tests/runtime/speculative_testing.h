@@ -36,6 +36,8 @@ struct SpeculativeCase {
   const model::Model* draft = nullptr;
   bool expect_accepted = true;
   bool expect_rejected = true;
+  /// Run this model (the golden decoder with an MTP head, on the device) and draft with its head.
+  const model::Model* mtp_model = nullptr;
 };
 
 inline void expect_speculative_greedy_equals_plain(const std::string& arch, Device device,
@@ -51,6 +53,7 @@ inline void expect_speculative_greedy_equals_plain(const std::string& arch, Devi
     options.speculative.drafter = SpeculativeOptions::Drafter::kDraftModel;
     options.speculative.draft_model = variant.draft;
   }
+  if (variant.mtp_model) options.speculative.drafter = SpeculativeOptions::Drafter::kMtp;
   std::unique_ptr<model::Model> copy;
   if (variant.backends) {
     Result<std::unique_ptr<model::Model>> moved = model_on(g, device).to(device);
@@ -58,7 +61,10 @@ inline void expect_speculative_greedy_equals_plain(const std::string& arch, Devi
     copy = std::move(moved).value();
     copy->set_linear_backends(*variant.backends);
   }
-  std::unique_ptr<Engine> engine = make_engine(copy ? *copy : model_on(g, device), options);
+  std::unique_ptr<Engine> engine = make_engine(variant.mtp_model ? *variant.mtp_model
+                                               : copy            ? *copy
+                                                                 : model_on(g, device),
+                                               options);
   const std::vector<Tokens> prompts = speculative_prompts(g);
   struct Live {
     Tokens prompt;
