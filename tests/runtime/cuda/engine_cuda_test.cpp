@@ -18,6 +18,7 @@
 
 #include "core/device_memory.h"
 #include "kernels/cuda/cuda_testing.h"
+#include "model/architecture.h"
 #include "runtime/prefix_cache_testing.h"
 #include "runtime/speculative_testing.h"
 
@@ -212,6 +213,22 @@ INSTANTIATE_TEST_SUITE_P(Golden, EngineCudaTest, ::testing::ValuesIn(golden_arch
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            return param.param;
                          });
+
+// The MTP head drafting on the device (tests/data/golden/<arch>_mtp).
+TEST(EngineCuda, MtpSpeculativeGreedyEqualsPlainDecoding) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  for (const char* arch : {"qwen3_next", "qwen3_5"}) {
+    SCOPED_TRACE(arch);
+    Result<std::unique_ptr<model::Model>> with_head =
+        model::load_model(std::string(HYLA_TEST_DATA_DIR) + "/golden/" + arch + "_mtp");
+    ASSERT_TRUE(with_head.ok()) << with_head.status().message();
+    Result<std::unique_ptr<model::Model>> moved = with_head.value()->to(Device::cuda());
+    ASSERT_TRUE(moved.ok()) << moved.status().message();
+    expect_speculative_greedy_equals_plain(
+        arch, Device::cuda(), model::VerifyMode::kReplay, /*cache=*/true,
+        {.expect_accepted = false, .expect_rejected = true, .mtp_model = moved.value().get()});
+  }
+}
 
 TEST(EngineCuda, ModelOnTheHostIsRefused) {
   HYLA_SKIP_WITHOUT_CUDA();
