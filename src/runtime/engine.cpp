@@ -1066,6 +1066,7 @@ std::vector<std::vector<int32_t>> Engine::drafts_for(const std::vector<Scheduled
       drafts[b].assign(r.mtp_drafts.begin(),
                        r.mtp_drafts.begin() + std::min<int64_t>(k, int64_t(r.mtp_drafts.size())));
       r.mtp_drafts.clear();
+      r.mtp_draft_logits.clear();
     }
   } else {
     for (size_t b = 0; b < B; ++b) {
@@ -1294,6 +1295,7 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
     if (it == requests_.end() || run.next.empty()) continue;
     Request& r = it->second;
     r.mtp_drafts.clear();
+    r.mtp_draft_logits.clear();
     batch.tokens.insert(batch.tokens.end(), run.next.begin(), run.next.end());
     batch.cu_seqlens.push_back(int32_t(batch.tokens.size()));
     batch.past.push_back(run.begin);
@@ -1309,24 +1311,28 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
     HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = from, .index = index_d, .y = out}));
     return out;
   };
-  // Greedy picks of each sequence's last row, on the host.
+  // Greedy picks of each sequence's last row, on the host, and their logits.
+  std::vector<float> values;
   const auto argmax_rows = [&](const Tensor& logits) {
     const Tensor host = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
     std::vector<int32_t> ids(size_t(host.size(0)));
+    values.assign(size_t(host.size(0)), 0.0f);
     for (int64_t i = 0; i < host.size(0); ++i) {
       const float* row = host.host<float>() + i * V;
-      ids[size_t(i)] =
-          int32_t(std::max_element(row, row + V,
-                                   [](float a, float b) {
-                                     return std::isnan(b) ? false : std::isnan(a) || a < b;
-                                   }) -
-                  row);
+      const float* best = std::max_element(row, row + V, [](float a, float b) {
+        return std::isnan(b) ? false : std::isnan(a) || a < b;
+      });
+      ids[size_t(i)] = int32_t(best - row);
+      values[size_t(i)] = *best;
     }
     return ids;
   };
   const auto failed = [&] {
     ++totals_.spec_draft_failures;
-    for (Request* r : live) r->mtp_drafts.clear();
+    for (Request* r : live) {
+      r->mtp_drafts.clear();
+      r->mtp_draft_logits.clear();
+    }
   };
   Result<Tensor> hidden = gather(step_hidden_, rows);
   if (!hidden.ok()) return failed();
@@ -1341,6 +1347,7 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
   for (size_t i = 0; i < live.size(); ++i)
     if (live[i]->prefill_done()) {
       live[i]->mtp_drafts.push_back(picks[i]);
+      live[i]->mtp_draft_logits.push_back(values[i]);
       going.push_back(i);
     }
   Tensor prev_hidden = out->hidden;
@@ -1378,12 +1385,21 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
     out = model_.forward_mtp(next, *h, memory_, depth);
     if (!out.ok()) return failed();
     picks = argmax_rows(out->logits);
-    for (size_t i = 0; i < kept.size(); ++i) live[kept[i]]->mtp_drafts.push_back(picks[i]);
+    for (size_t i = 0; i < kept.size(); ++i) {
+      live[kept[i]]->mtp_drafts.push_back(picks[i]);
+      live[kept[i]]->mtp_draft_logits.push_back(values[i]);
+    }
     prev_hidden = out->hidden;
     prev_rows.clear();
     for (size_t i = 0; i < kept.size(); ++i) prev_rows.push_back(int32_t(i));
     going = kept;
   }
+}
+
+std::pair<std::vector<int32_t>, std::vector<float>> Engine::mtp_drafts(RequestId id) const {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return {};
+  return {it->second.mtp_drafts, it->second.mtp_draft_logits};
 }
 
 bool Engine::idle() const { return requests_.empty() && pending_events_.empty(); }

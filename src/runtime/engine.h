@@ -274,6 +274,9 @@ class Engine {
   /// twice, every owned one allocated in its pool, owned + free = the pool, each running request
   /// holding the pages of the tokens it has processed, waiting requests holding nothing.
   Status check_invariants() const;
+  /// The MTP head's drafts for the request's next step (SpeculativeOptions::kMtp; for tests), and
+  /// the logit each won with: empty when it has none or the request is unknown.
+  std::pair<std::vector<int32_t>, std::vector<float>> mtp_drafts(RequestId id) const;
 
  private:
   struct Request {
@@ -300,6 +303,7 @@ class Engine {
     int64_t spec_k = 0;  ///< adaptive K: its next step's most drafts (0: not verified yet, K)
     /// kMtp: the MTP head's drafts after the last step (for its next tokens).
     std::vector<int32_t> mtp_drafts;
+    std::vector<float> mtp_draft_logits;  ///< the logit each draft won with
     bool prefill_done() const { return processed >= prefill_len; }
   };
   /// One sequence of the step's batch.

@@ -13,6 +13,7 @@
 
 #include "chi_square.h"
 #include "model/architecture.h"
+#include "model/mtp_testing.h"
 #include "speculative_testing.h"
 
 namespace hyla::runtime {
@@ -83,6 +84,100 @@ TEST(Speculative, MtpGreedyEqualsPlainDecoding) {
             arch, Device::cpu(), mode, cache,
             {.expect_accepted = false, .expect_rejected = true, .mtp_model = with_head->get()});
       }
+  }
+}
+
+/// The MTP head's drafts after `sequence` (its last token sampled, not yet run), computed in one
+/// go on fresh pools: the model over every token but the last (its final hiddens), the head over
+/// those positions with the tokens after them, then one position per draft. Also each depth's
+/// logits, for telling a near tie from a wrong draft.
+std::vector<int32_t> reference_mtp_drafts(const model::Model& m, const Tokens& sequence, int64_t k,
+                                          std::vector<std::vector<float>>* logits) {
+  const model::ModelConfig& c = m.config();
+  const int64_t n = int64_t(sequence.size()), page_size = 16;
+  const int64_t pages = (n + k) / page_size + 1;
+  testing::PooledMemory pool(c, 1, pages, page_size, Device::cpu());
+  std::vector<int32_t> table;
+  for (int32_t p = 0; p < int32_t(pages); ++p) table.push_back(p);
+  Tensor hidden;
+  pool.memory.final_hidden = &hidden;
+  const Tokens run(sequence.begin(), sequence.end() - 1);
+  HYLA_CHECK(m.forward_batch(testing::make_batch({run}, {0}, {table}, false), pool.memory).ok(),
+             "target");
+  pool.memory.final_hidden = nullptr;
+  const auto pick = [&](const Tensor& l) {
+    const float* row = l.host<float>() + (l.size(0) - 1) * c.vocab_size;
+    logits->emplace_back(row, row + c.vocab_size);
+    return int32_t(std::max_element(row, row + c.vocab_size) - row);
+  };
+  const Tokens next(sequence.begin() + 1, sequence.end());
+  Result<model::MtpOutput> out =
+      m.forward_mtp(testing::make_batch({next}, {0}, {table}, false), hidden, pool.memory, 0);
+  HYLA_CHECK(out.ok(), out.status().message());
+  std::vector<int32_t> drafts = {pick(out->logits)};
+  for (int64_t d = 1; d < k; ++d) {
+    const Tensor last = testing::gather_host_rows(out->hidden, {{out->hidden.size(0) - 1, 1}});
+    out = m.forward_mtp(testing::make_batch({{drafts.back()}}, {n + d - 2}, {table}, false), last,
+                        pool.memory, d);
+    HYLA_CHECK(out.ok(), out.status().message());
+    drafts.push_back(pick(out->logits));
+  }
+  return drafts;
+}
+
+// The engine's MTP drafts after every step equal the head run in one go over the whole sequence
+// (reference_mtp_drafts), through prefill chunks, plain decode steps and verify steps: the head's
+// KV rows, positions, next tokens and hidden rows are kept right by the engine's bookkeeping.
+// Where a draft differs, the reference's logits must hold a near tie there (the engine's hiddens
+// come from chunked and recurrent passes, rounded differently).
+TEST(Speculative, MtpDraftsEqualTheHeadRunInOneGo) {
+  for (const char* arch : {"qwen3_next", "qwen3_5"}) {
+    SCOPED_TRACE(arch);
+    Result<std::unique_ptr<model::Model>> with_head =
+        model::load_model(std::string(HYLA_TEST_DATA_DIR) + "/golden/" + arch + "_mtp");
+    ASSERT_OK(with_head.status());
+    const model::Model& m = **with_head;
+    const Golden& g = golden(arch);
+    EngineOptions options = test_options();
+    options.speculative.drafter = SpeculativeOptions::Drafter::kMtp;
+    options.speculative.draft_tokens = 3;
+    options.max_batch_tokens = 64;  // the 150-token prompt in chunks, beside the other's decodes
+    std::unique_ptr<Engine> engine = make_engine(m, options);
+    std::map<RequestId, Tokens> sequences;
+    for (const Tokens& prompt : {prefix(g.a_prompt, 20), prefix(g.a_prompt, 150)}) {
+      Result<RequestId> id = engine->add_request(prompt, greedy(24));
+      ASSERT_OK(id.status());
+      sequences[*id] = prompt;
+    }
+    int64_t checked = 0;
+    while (!engine->idle()) {
+      for (const TokenEvent& e : engine->step()) {
+        ASSERT_NE(e.reason, FinishReason::kError) << e.error;
+        if (e.token >= 0) sequences[e.request].push_back(e.token);
+      }
+      for (const auto& [id, sequence] : sequences) {
+        const auto [got, got_logits] = engine->mtp_drafts(id);
+        if (got.empty()) continue;
+        std::vector<std::vector<float>> logits;
+        const std::vector<int32_t> want =
+            reference_mtp_drafts(m, sequence, int64_t(got.size()), &logits);
+        for (size_t d = 0; d < got.size(); ++d) {
+          // f32 rounding of two summation orders: a few 1e-6 in these logits (MatchesReference);
+          // a position off by one moves them by 1e-3 and more.
+          constexpr float kTolerance = 1e-4f;
+          EXPECT_NEAR(got_logits[d], logits[d][size_t(want[d])], kTolerance)
+              << "request " << id << " after " << sequence.size() << " tokens, draft " << d;
+          if (got[d] == want[d]) continue;
+          // A near tie: the reference's logit of the engine's draft is as high.
+          EXPECT_LT(logits[d][size_t(want[d])] - logits[d][size_t(got[d])], kTolerance)
+              << "request " << id << " after " << sequence.size() << " tokens, draft " << d;
+          break;
+        }
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 10);
+    EXPECT_GT(engine->stats().spec_steps, 0);
   }
 }
 
