@@ -26,6 +26,9 @@ struct Setup {
   bool speculate;
   model::VerifyMode mode;
   bool adaptive = true;
+  /// Each request predicts its output (SamplingParams::predicted_tokens): the plain row's, so
+  /// every draft stands (OpenAI's predicted outputs; the verify step's best case).
+  bool predicted = false;
 };
 
 constexpr Setup kSetups[] = {
@@ -33,12 +36,14 @@ constexpr Setup kSetups[] = {
     {"ngram, replay", true, model::VerifyMode::kReplay},
     {"ngram, replay, fixed K", true, model::VerifyMode::kReplay, false},
     {"ngram, step states", true, model::VerifyMode::kStepStates},
+    {"predicted output, step states", true, model::VerifyMode::kStepStates, true, true},
 };
 
 struct Figures {
   int64_t decode_tokens = 0;
   double decode_seconds = 0;
   runtime::EngineStats stats;
+  std::vector<Tokens> outputs;  ///< per request, in order
 };
 
 /// B prompts of `kind`: repetitive (a random stretch repeated) or random ids.
@@ -63,7 +68,7 @@ std::vector<Tokens> prompts(const std::string& kind, int64_t B, int64_t vocab) {
 
 Result<Figures> run(const model::Model& model, Device device, const BenchOptions& o,
                     const Setup& setup, const std::vector<Tokens>& batch,
-                    OpTimes* times = nullptr) {
+                    const std::vector<Tokens>& predictions, OpTimes* times = nullptr) {
   runtime::EngineOptions options;
   options.device = device;
   options.max_batch_tokens = o.step_tokens;
@@ -85,8 +90,12 @@ Result<Figures> run(const model::Model& model, Device device, const BenchOptions
                         runtime::Engine::create(model, options));
   runtime::SamplingParams params;
   params.max_new_tokens = o.new_tokens;
-  for (const Tokens& p : batch) HYLA_RETURN_IF_ERROR(engine->add_request(p, params).status());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (setup.predicted && b < predictions.size()) params.predicted_tokens = predictions[b];
+    HYLA_RETURN_IF_ERROR(engine->add_request(batch[b], params).status());
+  }
   Figures f;
+  f.outputs.resize(batch.size());
   std::vector<int64_t> seen(batch.size(), 0);
   std::optional<Clock::time_point> first;
   const OpTimes::Activate profiling(times);
@@ -94,6 +103,7 @@ Result<Figures> run(const model::Model& model, Device device, const BenchOptions
     for (const runtime::TokenEvent& e : engine->step()) {
       if (e.reason == runtime::FinishReason::kError) return internal_error(e.error);
       if (e.token < 0) continue;
+      f.outputs[size_t(e.request)].push_back(e.token);
       if (!first) first = Clock::now();
       if (seen[size_t(e.request)]++ > 0) ++f.decode_tokens;
     }
@@ -122,8 +132,10 @@ Status run_speculative_workload(const model::Model& model, Device device,
     for (const int64_t B : options.batch) {
       const std::vector<Tokens> batch = prompts(kind, B, model.config().vocab_size);
       double base = 0;
+      std::vector<Tokens> plain;  // the plain row's outputs: the predicted row's predictions
       for (const Setup& setup : kSetups) {
-        HYLA_ASSIGN_OR_RETURN(const Figures f, run(model, device, options, setup, batch));
+        HYLA_ASSIGN_OR_RETURN(const Figures f, run(model, device, options, setup, batch, plain));
+        if (!setup.speculate) plain = f.outputs;
         const runtime::EngineStats& s = f.stats;
         const double tps = double(f.decode_tokens) / f.decode_seconds;
         if (!setup.speculate) base = tps;
@@ -160,9 +172,11 @@ Status run_speculative_workload(const model::Model& model, Device device,
       prompts("repetitive", options.batch.front(), model.config().vocab_size);
   std::vector<OpTimes> times(std::size(kSetups));
   std::vector<int64_t> tokens(std::size(kSetups));
+  std::vector<Tokens> plain;
   for (size_t i = 0; i < std::size(kSetups); ++i) {
     HYLA_ASSIGN_OR_RETURN(const Figures f,
-                          run(model, device, options, kSetups[i], batch, &times[i]));
+                          run(model, device, options, kSetups[i], batch, plain, &times[i]));
+    if (!kSetups[i].speculate) plain = f.outputs;
     tokens[i] = f.stats.tokens_generated;
   }
   std::fprintf(out,
