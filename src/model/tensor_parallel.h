@@ -1,0 +1,53 @@
+// Tensor parallelism by head (Qwen layer kinds): rank r of N holds a slice of every layer's heads
+// and a 1/N slice of every MLP's intermediate width; each rank runs the ordinary layer functions
+// (gdn_forward, attention_forward, dense_mlp_forward, moe_forward) on its slice with its own
+// config (shard_config), and the layer's output is the SUM over ranks of the ranks' outputs (the
+// all-reduce, which this file does not do). Norms, embedding, lm_head, the MoE router and the
+// shared-expert gate stay whole (replicated).
+//
+//   GDN:       key heads [r H/N, (r+1) H/N) with their HV/H value heads each (GVA groups stay
+//              whole): in_proj rows of q, k (its key heads) and v, z, b, a (its value heads); conv
+//              rows of its q | k | v channels; A_log, dt_bias of its value heads; the gated norm
+//              weight (per d_v) whole; out_proj columns of its value heads. Its conv / SSM state
+//              is its channels / value heads: a rank's pools are 1/N of the unsharded ones.
+//   Attention: query heads [r nh/N, (r+1) nh/N) with their gates; the KV heads they use (nkv/N
+//              when N divides nkv; when nkv divides N, the one KV head its queries share,
+//              replicated across N/nkv ranks); q_norm, k_norm whole; o_proj columns of its heads.
+//   Dense MLP: intermediate [r I/N, (r+1) I/N): gate_up rows of gate and up, down columns.
+//   MoE:       every expert's intermediate split as the dense MLP (each rank holds all experts),
+//              the shared expert likewise; router and shared_gate replicated. The shared output
+//              is sigmoid(x . g) * shared(x), linear in shared's partial sums, so the ranks' sum
+//              is the whole output; routing is computed identically on every rank.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/decoder_layer.h"
+
+namespace hyla::model {
+
+/// The config rank `rank` of `ranks` runs its layer slices with: per-rank head counts (GDN key and
+/// value heads, attention query and KV heads) and intermediate widths (dense, routed experts,
+/// shared expert). Errors: ranks < 1, rank outside [0, ranks), a layer kind other than Qwen's
+/// (KDA, MLA, latent MoE), a count that `ranks` does not divide (naming the layer, the count and
+/// N).
+Result<ModelConfig> shard_config(const ModelConfig& config, int rank, int ranks);
+
+/// Rank `rank`'s slice of decoder layer `layer` (weights on the host, contiguous, any dtype): the
+/// mixer and MLP of its kinds as the file comment says, the two norms whole. Errors: as
+/// shard_config, and weights whose shapes do not match the config.
+Result<DecoderLayer> shard_layer(const ModelConfig& config, int64_t layer,
+                                 const DecoderLayer& whole, int rank, int ranks);
+
+/// Rank `rank`'s slice of an unsharded GDN state pool (host, contiguous): conv [slots, conv_dim,
+/// K-1] -> its q | k | v channels; ssm [slots, HV, d_v, d_k] -> its value heads. (To start ranks
+/// from an existing state; the ranks' SSM slices concatenated along dim 1 give the whole back.)
+Result<Tensor> shard_gdn_conv_state(const ModelConfig& config, const TensorView& conv_pool,
+                                    int rank, int ranks);
+Result<Tensor> shard_gdn_ssm_state(const ModelConfig& config, const TensorView& ssm_pool, int rank,
+                                   int ranks);
+
+}  // namespace hyla::model
