@@ -27,6 +27,14 @@ Status norm(const TensorView& x, const Tensor& weight, const ModelConfig& c, con
       {.x = x, .weight = weight, .eps = c.rms_norm_eps, .form = c.norm_form, .y = y});
 }
 
+/// The rows of x [T, hidden] that get logits: all of them, or each sequence's last one.
+Result<Tensor> logit_rows(const Tensor& x, const StepIndices& indices, bool logits_all) {
+  if (logits_all) return x;
+  Tensor rows = Tensor::empty({indices.last_rows.size(0), x.size(1)}, DType::kF32, x.device());
+  HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = x, .index = indices.last_rows, .y = rows}));
+  return rows;
+}
+
 /// branch = the layer's MoE (routing to ids / weights when given) or dense MLP of `normed`.
 Status mlp_forward(const DecoderLayer& layer, MlpKind kind, const ModelConfig& c,
                    const Tensor& normed, const Tensor& branch, Tensor* ids = nullptr,
@@ -351,8 +359,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                                     ForwardTrace* trace) const {
   const ModelConfig& c = config_;
   HYLA_RETURN_IF_ERROR(check_batch(batch, memory, c));
-  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers,
-                B = batch.num_sequences();
+  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers;
   const Device dev = device();
   // tokens, cu_seqlens, slots and last rows: one upload per step
   const StepIndices indices = StepIndices::pack(batch, dev, memory.staging);
@@ -489,18 +496,9 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
         all.dtype() != DType::kF32 || all.device() != dev || !all.view().is_contiguous())
       all = Tensor::empty({T, H}, DType::kF32, dev);
     HYLA_RETURN_IF_ERROR(norm(out, final_norm_, c, all));
-    final_normed = all;
-    if (!batch.logits_all) {
-      final_normed = Tensor::empty({B, H}, DType::kF32, dev);
-      HYLA_RETURN_IF_ERROR(
-          kernels::gather_rows({.x = all, .index = indices.last_rows, .y = final_normed}));
-    }
+    HYLA_ASSIGN_OR_RETURN(final_normed, logit_rows(all, indices, batch.logits_all));
   } else {
-    Tensor last = out;
-    if (!batch.logits_all) {
-      last = Tensor::empty({B, H}, DType::kF32, dev);
-      HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = out, .index = indices.last_rows, .y = last}));
-    }
+    HYLA_ASSIGN_OR_RETURN(const Tensor last, logit_rows(out, indices, batch.logits_all));
     final_normed = Tensor::empty({last.size(0), H}, DType::kF32, dev);
     HYLA_RETURN_IF_ERROR(norm(last, final_norm_, c, final_normed));
   }
@@ -521,7 +519,7 @@ Result<MtpOutput> Model::forward_mtp(const Batch& batch, const Tensor& hidden,
                        "or the checkpoint holds no mtp.* tensor)");
   if (depth < 0) return invalid_argument("forward_mtp: depth is ", depth, ", expected >= 0");
   HYLA_RETURN_IF_ERROR(check_sequences(batch, memory.page_size, true, c.vocab_size, "forward_mtp"));
-  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, B = batch.num_sequences();
+  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size;
   const Device dev = device();
   if (!hidden.defined() || hidden.ndim() != 2 || hidden.size(0) != T || hidden.size(1) != H ||
       hidden.dtype() != DType::kF32 || hidden.device() != dev)
@@ -565,12 +563,7 @@ Result<MtpOutput> Model::forward_mtp(const Batch& batch, const Tensor& hidden,
   MtpOutput out;
   out.hidden = Tensor::empty({T, H}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(norm(x, mtp_.norm, c, out.hidden));
-  Tensor rows = out.hidden;
-  if (!batch.logits_all) {
-    rows = Tensor::empty({B, H}, DType::kF32, dev);
-    HYLA_RETURN_IF_ERROR(
-        kernels::gather_rows({.x = out.hidden, .index = indices.last_rows, .y = rows}));
-  }
+  HYLA_ASSIGN_OR_RETURN(const Tensor rows, logit_rows(out.hidden, indices, batch.logits_all));
   out.logits = Tensor::empty({rows.size(0), c.vocab_size}, DType::kF32, dev);
   HYLA_RETURN_IF_ERROR(
       kernels::linear({.x = rows, .weight = lm_head_, .bias = {}, .y = out.logits}));

@@ -119,22 +119,25 @@ Result<DecodeGraphs::Step> DecodeGraphs::run(const model::Batch& padded,
     shape.host = static_cast<int32_t*>(pinned_alloc(size_t(4 * R) * sizeof(int32_t)));
   }
   // A verify step writes its shape's record (the same tensors at every replay).
-  model::BatchMemory step_memory = memory;
+  model::BatchMemory verify_memory;
+  const model::BatchMemory* step = &memory;
   if (padded.verify) {
     if (shape.record.mode != memory.verify->mode)
       shape.record = model::VerifyRecord{.mode = memory.verify->mode, .layers = {}};
-    step_memory.verify = &shape.record;
+    verify_memory = memory;
+    verify_memory.verify = &shape.record;
+    step = &verify_memory;
   }
   staging.reset();
   if (!shape.warmed) {
     const CurrentStream on(stream_);
-    HYLA_RETURN_IF_ERROR(queue_step(padded, step_memory, shape));
+    HYLA_RETURN_IF_ERROR(queue_step(padded, *step, shape));
     shape.warmed = true;
     ++stats_.eager;
   } else {
     if (!shape.graph.defined()) {
       HYLA_ASSIGN_OR_RETURN(shape.graph, CudaGraph::capture(stream_, [&] {
-                              return queue_step(padded, step_memory, shape);
+                              return queue_step(padded, *step, shape);
                             }));
       ++stats_.captures;
     } else {

@@ -15,6 +15,7 @@
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gather_rows.h"
 #include "runtime/memory/host_memory.h"
+#include "runtime/memory/pool_views.h"
 #include "runtime/spec/acceptance.h"
 
 namespace hyla::runtime {
@@ -106,8 +107,7 @@ Status Engine::init_stream() {
   staging_ = std::make_unique<model::HostStaging>(int64_t{1} << 20);
   memory_.staging = staging_.get();
   // The MTP head reads every step's final hiddens, which graphs do not leave.
-  if (options_.cuda_graphs && DecodeGraphs::supports(model_.config()) &&
-      options_.speculative.drafter != SpeculativeOptions::Drafter::kMtp)
+  if (options_.cuda_graphs && DecodeGraphs::supports(model_.config()) && !mtp_drafting())
     graphs_ = std::make_unique<DecodeGraphs>(model_, stream_, max_step_sequences());
   return ok_status();
 }
@@ -250,27 +250,11 @@ void Engine::init_decode_scratch() {
 
 // Per global layer: the pool views the model reads and writes (undefined for the other kind).
 void Engine::init_batch_memory() {
-  const int L = int(model_.config().num_layers);
-  // KV layers: the model's, then its MTP head's (KvPagePool's global ids L, L + 1, ...)
-  const int kv_layers = L + int(model_.config().num_mtp_layers);
-  memory_.conv_state.assign(size_t(L), TensorView());
-  memory_.ssm_state.assign(size_t(L), TensorView());
-  memory_.k_pages.assign(size_t(kv_layers), TensorView());
-  memory_.v_pages.assign(size_t(kv_layers), TensorView());
-  memory_.page_size = options_.page_size;
+  memory_ = pool_views(model_.config(), states_ ? &*states_ : nullptr, pages_ ? &*pages_ : nullptr,
+                       options_.page_size);
   memory_.decode_arrivals = decode_arrivals_;
   memory_.decode_workspace = decode_workspace_;
   memory_.layer_times = options_.layer_times;
-  for (int layer = 0; layer < kv_layers; ++layer) {
-    if (layer < L && states_ && states_->linear_index(layer) >= 0) {
-      memory_.conv_state[size_t(layer)] = states_->conv_state(states_->linear_index(layer));
-      memory_.ssm_state[size_t(layer)] = states_->ssm_state(states_->linear_index(layer));
-    }
-    if (pages_ && pages_->attention_index(layer) >= 0) {
-      memory_.k_pages[size_t(layer)] = pages_->k_cache(pages_->attention_index(layer));
-      memory_.v_pages[size_t(layer)] = pages_->v_cache(pages_->attention_index(layer));
-    }
-  }
 }
 
 int64_t Engine::pages_for(int64_t tokens) const {
@@ -938,7 +922,7 @@ std::vector<TokenEvent> Engine::step() {
   // the others run their kernels on the engine's stream.
   const bool replay =
       graphs_ && !host_rows && batch.is_decode() && !memory_.layer_times && !op_times_active();
-  const bool mtp = options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp;
+  const bool mtp = mtp_drafting();
   memory_.final_hidden = mtp ? &step_hidden_ : nullptr;
   Result<StepPicks> picks = replay ? replay_step(batch) : run_step(batch, host_rows);
   memory_.final_hidden = nullptr;
@@ -963,14 +947,13 @@ std::vector<TokenEvent> Engine::step() {
     const auto mtp_run = [&] {
       if (!mtp) return;
       const Scheduled& sc = scheduled[size_t(b)];
-      const std::vector<int32_t> seq = sequence(r);
-      if (int64_t(seq.size()) < sc.begin + sc.count + 1) return;
-      mtp_runs.push_back(
-          MtpRun{.id = r.id,
-                 .begin = sc.begin,
-                 .first_row = batch.cu_seqlens[size_t(b)],
-                 .next = std::vector<int32_t>(seq.begin() + sc.begin + 1,
-                                              seq.begin() + sc.begin + sc.count + 1)});
+      const int64_t known = int64_t(r.prompt.size() + r.generated.size());
+      if (known < sc.begin + sc.count + 1) return;
+      MtpRun run{
+          .id = r.id, .begin = sc.begin, .first_row = batch.cu_seqlens[size_t(b)], .next = {}};
+      for (int64_t p = sc.begin + 1; p <= sc.begin + sc.count; ++p)
+        run.next.push_back(token_at(r, p));
+      mtp_runs.push_back(std::move(run));
     };
     if (!r.prefill_done()) {  // mid-prefill chunk: nothing to sample
       if (picks->bad(b) == 0) mtp_run();
@@ -1059,7 +1042,7 @@ std::vector<std::vector<int32_t>> Engine::drafts_for(const std::vector<Scheduled
       return drafts;
     }
     for (size_t i = 0; i < asked.size(); ++i) drafts[asked[i]] = std::move((*proposed)[i]);
-  } else if (options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp) {
+  } else if (mtp_drafting()) {
     for (size_t b = 0; b < B; ++b) {
       Request& r = *scheduled[b].request;
       const int64_t k = std::max<int64_t>(draft_limit(r), 0);
@@ -1080,16 +1063,22 @@ std::vector<std::vector<int32_t>> Engine::drafts_for(const std::vector<Scheduled
   return drafts;
 }
 
+bool Engine::extend_pages_from_free(Request& r, int64_t tokens) {
+  if (!pages_) return true;
+  const int64_t more = pages_for(tokens) - int64_t(r.pages.size());
+  if (more <= 0) return true;
+  if (more > pages_->free_pages()) return false;
+  std::optional<std::vector<int32_t>> pages = take_pages(more);
+  if (!pages) return false;
+  r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+  return true;
+}
+
 void Engine::fit_drafts(Request& r, std::vector<int32_t>& drafts) {
-  // The KV rows of 1 + K tokens, from free pages only (drafts never preempt anyone).
+  // The KV rows of 1 + K tokens (drafts never preempt anyone), then as many drafts as the pages
+  // hold.
   if (!pages_ || drafts.empty()) return;
-  const int64_t more =
-      pages_for(r.processed + 1 + int64_t(drafts.size())) - int64_t(r.pages.size());
-  if (more > 0 && more <= pages_->free_pages()) {
-    std::optional<std::vector<int32_t>> pages = take_pages(more);
-    if (pages) r.pages.insert(r.pages.end(), pages->begin(), pages->end());
-  }
-  // As many drafts as the pages hold.
+  (void)extend_pages_from_free(r, r.processed + 1 + int64_t(drafts.size()));
   const int64_t room = int64_t(r.pages.size()) * pages_->page_size() - r.processed - 1;
   if (room < int64_t(drafts.size())) drafts.resize(size_t(std::max<int64_t>(room, 0)));
 }
@@ -1120,7 +1109,7 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   }
   batch.logits_all = true;
   batch.verify = true;
-  const bool mtp = options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp;
+  const bool mtp = mtp_drafting();
   memory_.final_hidden = mtp ? &step_hidden_ : nullptr;
   verify_record_.mode = options_.speculative.mode;
   memory_.verify = &verify_record_;
@@ -1311,19 +1300,17 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
     HYLA_RETURN_IF_ERROR(kernels::gather_rows({.x = from, .index = index_d, .y = out}));
     return out;
   };
-  // Greedy picks of each sequence's last row, on the host, and their logits.
+  // Greedy picks (kernels/argmax: the Sampler's rule) of each sequence's last row, and the logit
+  // each won with (Engine::mtp_drafts).
   std::vector<float> values;
-  const auto argmax_rows = [&](const Tensor& logits) {
-    const Tensor host = logits.device().is_cpu() ? logits : logits.to(Device::cpu());
-    std::vector<int32_t> ids(size_t(host.size(0)));
-    values.assign(size_t(host.size(0)), 0.0f);
-    for (int64_t i = 0; i < host.size(0); ++i) {
-      const float* row = host.host<float>() + i * V;
-      const float* best = std::max_element(row, row + V, [](float a, float b) {
-        return std::isnan(b) ? false : std::isnan(a) || a < b;
-      });
-      ids[size_t(i)] = int32_t(best - row);
-      values[size_t(i)] = *best;
+  const auto argmax_rows = [&](const Tensor& logits) -> Result<std::vector<int32_t>> {
+    HYLA_ASSIGN_OR_RETURN(const StepPicks p, pick(logits, /*host_rows=*/true));
+    const int64_t n = logits.size(0);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    values.assign(size_t(n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      ids[size_t(i)] = p.id(i);
+      values[size_t(i)] = p.host_logits.host<float>()[i * V + ids[size_t(i)]];
     }
     return ids;
   };
@@ -1338,7 +1325,8 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
   if (!hidden.ok()) return failed();
   Result<model::MtpOutput> out = model_.forward_mtp(batch, *hidden, memory_, 0);
   if (!out.ok()) return failed();
-  std::vector<int32_t> picks = argmax_rows(out->logits);
+  Result<std::vector<int32_t>> picks = argmax_rows(out->logits);
+  if (!picks.ok()) return failed();
   // The rows that go on: decoding requests with drafts left to make; depth d drafts token d + 1
   // at position processed + d - 1 (its KV row needs that page, taken only from free ones).
   std::vector<int32_t> last_rows;
@@ -1346,7 +1334,7 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
   std::vector<size_t> going;
   for (size_t i = 0; i < live.size(); ++i)
     if (live[i]->prefill_done()) {
-      live[i]->mtp_drafts.push_back(picks[i]);
+      live[i]->mtp_drafts.push_back((*picks)[i]);
       live[i]->mtp_draft_logits.push_back(values[i]);
       going.push_back(i);
     }
@@ -1362,15 +1350,7 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
       Request& r = *live[going[g]];
       if (int64_t(r.mtp_drafts.size()) >= std::max<int64_t>(draft_limit(r), 1)) continue;
       const int64_t position = r.processed + depth - 1;
-      if (pages_) {
-        const int64_t more = pages_for(position + 1) - int64_t(r.pages.size());
-        if (more > 0) {
-          if (more > pages_->free_pages()) continue;
-          std::optional<std::vector<int32_t>> pages = take_pages(more);
-          if (!pages) continue;
-          r.pages.insert(r.pages.end(), pages->begin(), pages->end());
-        }
-      }
+      if (!extend_pages_from_free(r, position + 1)) continue;
       next.tokens.push_back(r.mtp_drafts.back());
       next.cu_seqlens.push_back(int32_t(next.tokens.size()));
       next.past.push_back(position);
@@ -1385,8 +1365,9 @@ void Engine::mtp_draft(const std::vector<MtpRun>& runs) {
     out = model_.forward_mtp(next, *h, memory_, depth);
     if (!out.ok()) return failed();
     picks = argmax_rows(out->logits);
+    if (!picks.ok()) return failed();
     for (size_t i = 0; i < kept.size(); ++i) {
-      live[kept[i]]->mtp_drafts.push_back(picks[i]);
+      live[kept[i]]->mtp_drafts.push_back((*picks)[i]);
       live[kept[i]]->mtp_draft_logits.push_back(values[i]);
     }
     prev_hidden = out->hidden;

@@ -389,6 +389,17 @@ class Engine {
   /// Cuts `drafts` to what `r`'s KV pages can hold, taking free pages for them first (drafts
   /// never preempt anyone).
   void fit_drafts(Request& r, std::vector<int32_t>& drafts);
+  /// Gives `r` the pages of `tokens` tokens from free pages only (speculation's KV rows never
+  /// preempt or evict anyone); false, with nothing taken, when too few are free.
+  bool extend_pages_from_free(Request& r, int64_t tokens);
+  /// The request's token at `position` of prompt + generated.
+  static int32_t token_at(const Request& r, int64_t position) {
+    const int64_t n = int64_t(r.prompt.size());
+    return position < n ? r.prompt[size_t(position)] : r.generated[size_t(position - n)];
+  }
+  bool mtp_drafting() const {
+    return options_.speculative.drafter == SpeculativeOptions::Drafter::kMtp;
+  }
   /// kMtp, after a step: the positions one sequence ran and the tokens that follow them.
   struct MtpRun {
     RequestId id;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "model/architecture.h"
+#include "model/checkpoint_copy.h"
 #include "model/json_file.h"
 #include "model/safetensors.h"
 #include "model/test_files.h"
@@ -28,46 +29,7 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-/// A copy of a golden folder (config + weights; qwen3_next unless named) in a temp dir.
-struct CheckpointCopy {
-  testing::TempDir dir;
-  explicit CheckpointCopy(const char* arch = "qwen3_next") {
-    const fs::path src = fs::path(testing::golden_dir()) / arch;
-    fs::copy_file(src / "config.json", fs::path(dir.path()) / "config.json");
-    fs::copy_file(src / "model.safetensors", fs::path(dir.path()) / "model.safetensors");
-    fs::permissions(fs::path(dir.path()) / "config.json", fs::perms::owner_write,
-                    fs::perm_options::add);
-    fs::permissions(fs::path(dir.path()) / "model.safetensors", fs::perms::owner_write,
-                    fs::perm_options::add);
-  }
-  std::string weights() const { return dir.path() + "/model.safetensors"; }
-  std::string config() const { return dir.path() + "/config.json"; }
-
-  /// Rewrites the weights with `edit` applied to the tensor list (name -> tensor).
-  template <typename Edit>
-  void rewrite_weights(Edit&& edit) {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    {
-      Result<SafetensorsFile> f = SafetensorsFile::open(weights());
-      HYLA_CHECK(f.ok(), f.status().message());
-      for (const TensorEntry& e : f->tensors()) {
-        Tensor t = Tensor::empty(int(e.shape.size()), e.shape.data(), e.dtype);
-        std::memcpy(t.view().raw(), e.data, size_t(e.nbytes));
-        tensors.emplace_back(e.name, t);
-      }
-    }
-    edit(tensors);
-    std::vector<std::pair<std::string, TensorView>> views;
-    for (auto& [name, t] : tensors) views.emplace_back(name, t.view());
-    HYLA_CHECK(write_safetensors(weights(), views).ok(), "rewrite failed");
-  }
-  void rewrite_config(const std::function<void(nlohmann::json&)>& edit) {
-    Result<nlohmann::json> j = read_json_file(config());
-    HYLA_CHECK(j.ok(), j.status().message());
-    edit(j.value());
-    std::ofstream(config()) << j.value().dump(2);
-  }
-};
+using testing::CheckpointCopy;
 
 TEST(ModelLoadingTest, GoldenCopyLoads) {
   CheckpointCopy copy;

@@ -15,6 +15,7 @@
 
 #include "model/architecture.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_copy.h"
 #include "model/json_file.h"
 #include "model/mtp_testing.h"
 #include "model/safetensors.h"
@@ -29,41 +30,7 @@ using Vec = std::vector<double>;
 
 // ---- loading ----
 
-/// A writable copy of a checkpoint folder (config.json, model.safetensors).
-struct FolderCopy {
-  testing::TempDir dir;
-  explicit FolderCopy(const std::string& src) {
-    for (const char* name : {"config.json", "model.safetensors"}) {
-      fs::copy_file(fs::path(src) / name, fs::path(dir.path()) / name);
-      fs::permissions(fs::path(dir.path()) / name, fs::perms::owner_write, fs::perm_options::add);
-    }
-  }
-  /// Rewrites the weights with `edit` applied to the (name, tensor) list.
-  template <typename Edit>
-  void rewrite_weights(Edit&& edit) {
-    const std::string path = dir.file("model.safetensors");
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    {
-      Result<SafetensorsFile> f = SafetensorsFile::open(path);
-      HYLA_CHECK(f.ok(), f.status().message());
-      for (const TensorEntry& e : f->tensors()) {
-        Tensor t = Tensor::empty(int(e.shape.size()), e.shape.data(), e.dtype);
-        std::memcpy(t.view().raw(), e.data, size_t(e.nbytes));
-        tensors.emplace_back(e.name, t);
-      }
-    }
-    edit(tensors);
-    std::vector<std::pair<std::string, TensorView>> views;
-    for (auto& [name, t] : tensors) views.emplace_back(name, t.view());
-    HYLA_CHECK(write_safetensors(path, views).ok(), "rewrite failed");
-  }
-  void rewrite_config(const std::function<void(nlohmann::json&)>& edit) {
-    Result<nlohmann::json> j = read_json_file(dir.file("config.json"));
-    HYLA_CHECK(j.ok(), j.status().message());
-    edit(j.value());
-    std::ofstream(dir.file("config.json")) << j.value().dump(2);
-  }
-};
+using testing::CheckpointCopy;
 
 TEST(MtpTest, LoadsAndIgnores) {
   for (const std::string& arch : testing::mtp_arch_names()) {
@@ -84,15 +51,23 @@ TEST(MtpTest, LoadsAndIgnores) {
     EXPECT_EQ((*plain)->config().num_mtp_layers, 0);
 
     // mtp.* tensors beside a config that declares no MTP layers stay ignored.
-    FolderCopy undeclared(testing::mtp_model_dir(arch));
+    CheckpointCopy undeclared = CheckpointCopy::of_dir(testing::mtp_model_dir(arch));
     undeclared.rewrite_config([](nlohmann::json& j) { j.erase("mtp_num_hidden_layers"); });
     Result<std::unique_ptr<Model>> ignored = load_model(undeclared.dir.path());
     ASSERT_OK(ignored.status());
     EXPECT_FALSE((*ignored)->has_mtp());
 
+    // A head count out of range is named with the field.
+    CheckpointCopy negative = CheckpointCopy::of_dir(testing::mtp_model_dir(arch));
+    negative.rewrite_config([](nlohmann::json& j) {
+      (j.contains("text_config") ? j["text_config"] : j)["mtp_num_hidden_layers"] = -1;
+    });
+    EXPECT_ERROR_CONTAINS(load_model(negative.dir.path()).status(),
+                          "field 'mtp_num_hidden_layers' is -1, expected an integer in [0, ");
+
     // A config that declares the head over a checkpoint without any mtp.* tensor: the decoder
     // alone, with a warning.
-    FolderCopy dropped(testing::mtp_model_dir(arch));
+    CheckpointCopy dropped = CheckpointCopy::of_dir(testing::mtp_model_dir(arch));
     dropped.rewrite_weights([](auto& tensors) {
       std::erase_if(tensors, [](const auto& t) { return t.first.starts_with("mtp."); });
     });
@@ -105,14 +80,14 @@ TEST(MtpTest, LoadsAndIgnores) {
               std::string::npos);
 
     // One mtp tensor missing, one mis-shaped, one more than the config reads: each named.
-    FolderCopy missing(testing::mtp_model_dir(arch));
+    CheckpointCopy missing = CheckpointCopy::of_dir(testing::mtp_model_dir(arch));
     missing.rewrite_weights([](auto& tensors) {
       std::erase_if(
           tensors, [](const auto& t) { return t.first == "mtp.layers.0.self_attn.k_norm.weight"; });
     });
     EXPECT_ERROR_CONTAINS(load_model(missing.dir.path()).status(),
                           "missing tensor 'mtp.layers.0.self_attn.k_norm.weight'");
-    FolderCopy misshapen(testing::mtp_model_dir(arch));
+    CheckpointCopy misshapen = CheckpointCopy::of_dir(testing::mtp_model_dir(arch));
     misshapen.rewrite_weights([&](auto& tensors) {
       for (auto& [name, t] : tensors)
         if (name == "mtp.fc.weight") t = Tensor::zeros({c.hidden_size, c.hidden_size}, DType::kF32);
@@ -121,7 +96,7 @@ TEST(MtpTest, LoadsAndIgnores) {
         load_model(misshapen.dir.path()).status(),
         str_cat("tensor 'mtp.fc.weight' has shape [", c.hidden_size, ", ", c.hidden_size,
                 "], expected [", c.hidden_size, ", ", 2 * c.hidden_size, "]"));
-    FolderCopy extra(testing::mtp_model_dir(arch));
+    CheckpointCopy extra = CheckpointCopy::of_dir(testing::mtp_model_dir(arch));
     extra.rewrite_weights([&](auto& tensors) {
       tensors.emplace_back("mtp.layers.1.input_layernorm.weight",
                            Tensor::zeros({c.hidden_size}, DType::kF32));

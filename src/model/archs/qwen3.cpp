@@ -283,21 +283,15 @@ std::vector<WeightSpec> qwen_weights(const ModelConfig& c) {
   return qwen_weights_with(c, ExpertLayout::kPerExpert);
 }
 
-/// Fused when the first MoE layer stores experts.gate_up_proj.
-ExpertLayout expert_layout_of(const ModelConfig& c, const Checkpoint& ckpt) {
-  for (int64_t i = 0; i < c.num_layers; ++i)
-    if (c.mlps[size_t(i)] == MlpKind::kMoe)
-      return ckpt.find(layer_prefix(i) + "mlp.experts.gate_up_proj") != nullptr
-                 ? ExpertLayout::kFused
-                 : ExpertLayout::kPerExpert;
-  return ExpertLayout::kPerExpert;
-}
-
-/// The same for the MTP layers (a checkpoint may store them another way than the decoder's).
-ExpertLayout mtp_expert_layout_of(const ModelConfig& c, const Checkpoint& ckpt) {
-  for (int64_t k = 0; k < c.num_mtp_layers; ++k)
-    if (c.mtp_mlps[size_t(k)] == MlpKind::kMoe)
-      return ckpt.find(mtp_layer_prefix(k) + "mlp.experts.gate_up_proj") != nullptr
+/// Fused when the first MoE layer of `mlps` (layer k named prefix(k)) stores
+/// experts.gate_up_proj. The decoder's layers and the MTP head's are asked apart: a checkpoint may
+/// store them differently.
+template <typename Prefix>
+ExpertLayout expert_layout_of(const Checkpoint& ckpt, const std::vector<MlpKind>& mlps,
+                              Prefix prefix) {
+  for (size_t k = 0; k < mlps.size(); ++k)
+    if (mlps[k] == MlpKind::kMoe)
+      return ckpt.find(prefix(int64_t(k)) + "mlp.experts.gate_up_proj") != nullptr
                  ? ExpertLayout::kFused
                  : ExpertLayout::kPerExpert;
   return ExpertLayout::kPerExpert;
@@ -434,8 +428,8 @@ Result<std::unique_ptr<Model>> load_qwen(const ModelConfig& config, const Checkp
     c.num_mtp_layers = 0;
     c.mtp_mlps.clear();
   }
-  const ExpertLayout experts = expert_layout_of(c, ckpt),
-                     mtp_experts = mtp_expert_layout_of(c, ckpt);
+  const ExpertLayout experts = expert_layout_of(ckpt, c.mlps, layer_prefix),
+                     mtp_experts = expert_layout_of(ckpt, c.mtp_mlps, mtp_layer_prefix);
   std::vector<WeightSpec> specs = qwen_weights_with(c, experts);
   for (WeightSpec& s : qwen_mtp_weights(c, mtp_experts)) specs.push_back(std::move(s));
   HYLA_RETURN_IF_ERROR(check_checkpoint(ckpt, specs));

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/argmax.h"
+#include "runtime/memory/pool_views.h"
 
 namespace hyla::runtime {
 
@@ -76,25 +77,10 @@ Status DraftModelDrafter::init_pools() {
   return ok_status();
 }
 
-// Per global layer: the pool views the model reads and writes (undefined for the other kind).
 // No fused-decode scratch: the decode kernels run without it.
 void DraftModelDrafter::init_batch_memory() {
-  const int L = int(model_.config().num_layers);
-  memory_.conv_state.assign(size_t(L), TensorView());
-  memory_.ssm_state.assign(size_t(L), TensorView());
-  memory_.k_pages.assign(size_t(L), TensorView());
-  memory_.v_pages.assign(size_t(L), TensorView());
-  memory_.page_size = options_.page_size;
-  for (int layer = 0; layer < L; ++layer) {
-    if (states_ && states_->linear_index(layer) >= 0) {
-      memory_.conv_state[size_t(layer)] = states_->conv_state(states_->linear_index(layer));
-      memory_.ssm_state[size_t(layer)] = states_->ssm_state(states_->linear_index(layer));
-    }
-    if (pages_ && pages_->attention_index(layer) >= 0) {
-      memory_.k_pages[size_t(layer)] = pages_->k_cache(pages_->attention_index(layer));
-      memory_.v_pages[size_t(layer)] = pages_->v_cache(pages_->attention_index(layer));
-    }
-  }
+  memory_ = pool_views(model_.config(), states_ ? &*states_ : nullptr, pages_ ? &*pages_ : nullptr,
+                       options_.page_size);
 }
 
 int64_t DraftModelDrafter::pages_for(int64_t tokens) const {
