@@ -123,21 +123,41 @@ int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p) {
   return chunk_workspace_layout(chunk_workspace_shape(p)).bytes;
 }
 
+namespace {
+
+/// A [T, heads, d] activation the tensor-core body can read with 16-byte copies as it is.
+bool bf16_rows(const TensorView& x) {
+  return x.dtype() == DType::kBF16 && x.stride(2) == 1 && x.stride(1) % 8 == 0 &&
+         x.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0;
+}
+
+}  // namespace
+
+bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p) {
+  return p.q.device().is_cuda() && p.g.ndim() == 2 && p.q.size(2) == 128 && p.k.size(2) == 128 &&
+         p.v.size(2) % 32 == 0 && p.v.size(2) > 0;
+}
+
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
+  const bool tc = chunk_uses_tensor_cores(p);
   return {.T = p.q.size(0),
           .B = p.cu_seqlens.size(0) - 1,
+          .H = p.q.size(1),
           .HV = p.v.size(1),
           .d_k = p.q.size(2),
           .d_v = p.v.size(2),
-          .per_channel = p.g.ndim() == 3};
+          .per_channel = p.g.ndim() == 3,
+          .tensor_cores = tc,
+          .bf16_copies = tc && !(bf16_rows(p.q) && bf16_rows(p.k) && bf16_rows(p.v))};
 }
 
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
   // Regions in order, each starting on a 256-byte boundary (64 floats).
   constexpr int64_t kAlign = 64;
+  constexpr int64_t C = kDeltaRuleChunk;
   const auto round_up = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-  ChunkWorkspaceLayout l;
-  l.max_chunks = (s.T + kDeltaRuleChunk - 1) / kDeltaRuleChunk + s.B;
+  ChunkWorkspaceLayout l{};
+  l.max_chunks = (s.T + C - 1) / C + s.B;
   int64_t at = 0;
   const auto take = [&](int64_t floats) {
     const int64_t start = at;
@@ -147,12 +167,25 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
   l.chunk_first = take(s.B + 1);
   l.chunk_seq = take(l.max_chunks);
   l.boundary_first = take(s.B);
-  l.w = take(s.T * s.HV * s.d_k);
-  l.u = take(s.T * s.HV * s.d_v);
-  l.qg = take(s.T * s.HV * s.d_k);
-  l.kd = take(s.T * s.HV * s.d_k);
-  l.aqk = take(s.T * s.HV * kDeltaRuleChunk);
-  l.decay = take(l.max_chunks * s.HV * (s.per_channel ? s.d_k : 1));
+  if (s.tensor_cores) {
+    const int64_t chunk_heads = l.max_chunks * s.HV;
+    l.tc_t = take(chunk_heads * C * C / 2);
+    l.tc_aqk = take(chunk_heads * C * C / 2);
+    l.tc_g = take(chunk_heads * C);
+    l.tc_qinv = take(l.max_chunks * s.H * C);
+    l.tc_kinv = take(l.max_chunks * s.H * C);
+    const int64_t copies = s.bf16_copies ? 1 : 0;
+    l.tc_q = take(copies * s.T * s.H * s.d_k / 2);
+    l.tc_k = take(copies * s.T * s.H * s.d_k / 2);
+    l.tc_v = take(copies * (s.T * s.HV * s.d_v + 1) / 2);
+  } else {
+    l.w = take(s.T * s.HV * s.d_k);
+    l.u = take(s.T * s.HV * s.d_v);
+    l.qg = take(s.T * s.HV * s.d_k);
+    l.kd = take(s.T * s.HV * s.d_k);
+    l.aqk = take(s.T * s.HV * C);
+    l.decay = take(l.max_chunks * s.HV * (s.per_channel ? s.d_k : 1));
+  }
   l.bytes = at * int64_t(sizeof(float));
   return l;
 }

@@ -88,33 +88,52 @@ int64_t gated_delta_rule_num_chunk_states(const TensorView& cu_seqlens);
 /// Index in chunk_states of sequence b's first boundary state: sum_{b' < b} floor(len_b' / 64).
 int64_t gated_delta_rule_chunk_state_offset(const TensorView& cu_seqlens, int64_t b);
 
-/// Bytes of GatedDeltaRuleParams::workspace a chunk call of p's shapes needs on CUDA (from the
-/// shapes of q, v, g and cu_seqlens only, never from index values); 0 for CPU calls.
+/// Bytes of GatedDeltaRuleParams::workspace a chunk call of p needs on CUDA (from the shapes,
+/// dtypes and strides of q, k, v, g and cu_seqlens, never from index values); 0 for CPU calls.
 int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p);
 /// Largest d_k the CUDA chunk body takes (its per-chunk q, k and gate tiles live in shared memory).
 inline constexpr int64_t kCudaChunkMaxKeyDim = 128;
 
 /// The shapes the CUDA chunk workspace depends on.
 struct ChunkWorkspaceShape {
-  int64_t T, B, HV, d_k, d_v;
+  int64_t T, B, H, HV, d_k, d_v;
   bool per_channel;
+  /// The tensor-core body takes the call (chunk_uses_tensor_cores).
+  bool tensor_cores;
+  /// ... and q, k, v are not bf16 rows it can read as they are: it works on bf16 copies.
+  bool bf16_copies;
 };
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p);
+/// True when a CUDA chunk call of p runs the tensor-core body (cuda/gated_delta_rule_chunk_mma.cu):
+/// the scalar gate (GDN), d_k = 128, d_v a multiple of 32. bf16 operands with fp32 accumulation
+/// and an fp32 state; other shapes take the fp32 body.
+bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p);
 /// Regions of the CUDA chunk workspace, offsets in 4-byte words from its start. A chunk is 64
 /// tokens of one sequence (its last one may be shorter); there are at most max_chunks =
-/// ceil(T / 64) + B of them. Per-token regions are indexed by the packed token t.
+/// ceil(T / 64) + B of them. Per-token regions are indexed by the packed token t. Regions of the
+/// other body are empty (offset of a zero-sized region).
 struct ChunkWorkspaceLayout {
   int64_t max_chunks;
   int64_t chunk_first;     ///< [B+1] i32: index of sequence b's first chunk
   int64_t chunk_seq;       ///< [max_chunks] i32: the sequence of each chunk, -1 past the last
   int64_t boundary_first;  ///< [B] i32: sequence b's first entry in chunk_states
-  int64_t w;               ///< [T, HV, d_k] f32: W = (I + A_kk)^-1 beta K exp(G)
-  int64_t u;               ///< [T, HV, d_v] f32: U = (I + A_kk)^-1 beta V
-  int64_t qg;              ///< [T, HV, d_k] f32: Q exp(G)
-  int64_t kd;              ///< [T, HV, d_k] f32: K exp(G_last - G)
-  int64_t aqk;             ///< [T, HV, 64] f32: row t of A_qk (columns = tokens of t's chunk)
-  int64_t decay;           ///< [max_chunks, HV, d_k or 1] f32: exp(G_last) of each chunk
-  int64_t bytes;           ///< total size
+  // fp32 body
+  int64_t w;      ///< [T, HV, d_k] f32: W = (I + A_kk)^-1 beta K exp(G)
+  int64_t u;      ///< [T, HV, d_v] f32: U = (I + A_kk)^-1 beta V
+  int64_t qg;     ///< [T, HV, d_k] f32: Q exp(G)
+  int64_t kd;     ///< [T, HV, d_k] f32: K exp(G_last - G)
+  int64_t aqk;    ///< [T, HV, 64] f32: row t of A_qk (columns = tokens of t's chunk)
+  int64_t decay;  ///< [max_chunks, HV, d_k or 1] f32: exp(G_last) of each chunk
+  // tensor-core body (chunk-major, padded to 64 tokens; zeros past a sequence's end)
+  int64_t tc_t;     ///< [max_chunks, HV, 64, 64] bf16: (I + A_kk)^-1 Diag(beta)
+  int64_t tc_aqk;   ///< [max_chunks, HV, 64, 64] bf16: A_qk, the decays inside
+  int64_t tc_g;     ///< [max_chunks, HV, 64] f32: G, the in-chunk cumulative log decay
+  int64_t tc_qinv;  ///< [max_chunks, H, 64] f32: scale / |q| (scale without l2norm)
+  int64_t tc_kinv;  ///< [max_chunks, H, 64] f32: 1 / |k| (1 without l2norm)
+  int64_t tc_q;     ///< bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k, tc_v)
+  int64_t tc_k;     ///< [T, H, d_k] bf16
+  int64_t tc_v;     ///< [T, HV, d_v] bf16
+  int64_t bytes;    ///< total size
 };
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s);
 
@@ -130,6 +149,8 @@ namespace cuda {
 /// d_k <= 256, any d_v (cuda/gated_delta_rule_recurrent.cu).
 Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream);
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream);
+/// The tensor-core body (chunk_uses_tensor_cores(p); called by gated_delta_rule_chunk).
+Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream);
 }  // namespace cuda
 
 }  // namespace hyla::kernels

@@ -1265,38 +1265,62 @@ TEST(GatedDeltaRuleTest, ExtendPicksChunkForLongSequences) {
 namespace hyla {
 namespace {
 
-// The CUDA chunk workspace (kernels/cuda/gated_delta_rule_chunk.cu): sized from shapes alone, its
-// regions aligned and disjoint, room for every chunk of any lengths summing to T.
+// The CUDA chunk workspace (kernels/cuda/gated_delta_rule_chunk.cu and, for the tensor-core body,
+// gated_delta_rule_chunk_mma.cu): sized from shapes alone, its regions aligned and disjoint, room
+// for every chunk of any lengths summing to T.
 TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
   const std::vector<std::vector<int32_t>> batches = {
       {1}, {64}, {65, 0, 63}, {200, 1, 1, 1}, {0, 0}, {128, 128}, {63, 63, 63}};
+  struct Body {
+    bool per_channel, tensor_cores, bf16_copies;
+  };
+  const Body bodies[] = {
+      {false, false, false}, {true, false, false}, {false, true, false}, {false, true, true}};
   for (const std::vector<int32_t>& lens : batches) {
-    for (bool per_channel : {false, true}) {
+    for (const Body& body : bodies) {
       int64_t T = 0, chunks = 0;
       for (int32_t n : lens) {
         T += n;
         chunks += (n + kernels::kDeltaRuleChunk - 1) / kernels::kDeltaRuleChunk;
       }
+      const int64_t d_k = body.tensor_cores ? 128 : 32;
       const kernels::ChunkWorkspaceShape shape{.T = T,
                                                .B = int64_t(lens.size()),
+                                               .H = 1,
                                                .HV = 3,
-                                               .d_k = 32,
-                                               .d_v = 48,
-                                               .per_channel = per_channel};
-      SCOPED_TRACE(str_cat("T ", T, " B ", shape.B, per_channel ? " kda" : " gdn"));
+                                               .d_k = d_k,
+                                               .d_v = body.tensor_cores ? 96 : 48,
+                                               .per_channel = body.per_channel,
+                                               .tensor_cores = body.tensor_cores,
+                                               .bf16_copies = body.bf16_copies};
+      SCOPED_TRACE(str_cat("T ", T, " B ", shape.B, body.per_channel ? " kda" : " gdn",
+                           body.tensor_cores ? " tensor cores" : "",
+                           body.bf16_copies ? " with copies" : ""));
       const kernels::ChunkWorkspaceLayout l = kernels::chunk_workspace_layout(shape);
       EXPECT_GE(l.max_chunks, chunks);
-      const int64_t kc = kernels::kDeltaRuleChunk, gd = per_channel ? shape.d_k : 1;
-      const std::pair<int64_t, int64_t> regions[] = {// {start, words}, in layout order
-                                                     {l.chunk_first, shape.B + 1},
-                                                     {l.chunk_seq, l.max_chunks},
-                                                     {l.boundary_first, shape.B},
-                                                     {l.w, T * shape.HV * shape.d_k},
-                                                     {l.u, T * shape.HV * shape.d_v},
-                                                     {l.qg, T * shape.HV * shape.d_k},
-                                                     {l.kd, T * shape.HV * shape.d_k},
-                                                     {l.aqk, T * shape.HV * kc},
-                                                     {l.decay, l.max_chunks * shape.HV * gd}};
+      const int64_t kc = kernels::kDeltaRuleChunk, gd = body.per_channel ? shape.d_k : 1;
+      std::vector<std::pair<int64_t, int64_t>> regions = {// {start, words}, in layout order
+                                                          {l.chunk_first, shape.B + 1},
+                                                          {l.chunk_seq, l.max_chunks},
+                                                          {l.boundary_first, shape.B}};
+      if (body.tensor_cores) {
+        const int64_t copies = body.bf16_copies ? 1 : 0;
+        regions.insert(regions.end(), {{l.tc_t, l.max_chunks * shape.HV * kc * kc / 2},
+                                       {l.tc_aqk, l.max_chunks * shape.HV * kc * kc / 2},
+                                       {l.tc_g, l.max_chunks * shape.HV * kc},
+                                       {l.tc_qinv, l.max_chunks * shape.H * kc},
+                                       {l.tc_kinv, l.max_chunks * shape.H * kc},
+                                       {l.tc_q, copies * T * shape.H * d_k / 2},
+                                       {l.tc_k, copies * T * shape.H * d_k / 2},
+                                       {l.tc_v, copies * (T * shape.HV * shape.d_v + 1) / 2}});
+      } else {
+        regions.insert(regions.end(), {{l.w, T * shape.HV * shape.d_k},
+                                       {l.u, T * shape.HV * shape.d_v},
+                                       {l.qg, T * shape.HV * shape.d_k},
+                                       {l.kd, T * shape.HV * shape.d_k},
+                                       {l.aqk, T * shape.HV * kc},
+                                       {l.decay, l.max_chunks * shape.HV * gd}});
+      }
       int64_t end = 0;
       for (const auto& [start, words] : regions) {
         EXPECT_EQ(start % 64, 0) << "regions start on 256-byte boundaries";

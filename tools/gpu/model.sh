@@ -17,6 +17,10 @@
 # serve: `hyla serve --device cuda` on the demo model driven by hyla_serve_load at 1, 16, 64, 256
 # streams, next to `hyla generate` and `hyla bench` there (tools/serve_bench.sh; its files under
 # $OUT/serve_bench). Needs the tokenizer in the build (tokenizer_deps.sh; ~3 min in all).
+# chunktest: the chunk kernels' GPU tests alone. chunkprof: Nsight Compute on the tensor-core chunk
+# kernels (summary lines; chunk_ncu.txt and chunk_sass.csv under $OUT). chunk: hyla_bench_gated_delta_rule_chunk and fla's
+# chunk kernels (third_party_peer/fla with bench_fla.py beside it, carried) on issue 26's shapes,
+# side by side (tools/gpu/chunk_vs_fla.py).
 # Everything printed goes to $OUT/summary.txt; logs of failing steps are printed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -40,6 +44,8 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHYLA_CUDA=ON -DHYL
 targets=(hyla_cli)
 want tests && targets+=(hyla_gpu_tests)
 want kbench && targets+=(hyla_bench_paged_attention hyla_bench_moe hyla_bench_linear)
+{ want chunk || want chunktest || want chunkprof; } &&
+  targets+=(hyla_bench_gated_delta_rule_chunk hyla_gpu_tests)
 want serve && targets+=(hyla_serve_load)
 cmake --build build-gpu -j 16 --target "${targets[@]}" > "$LOGS/build.log" 2>&1 ||
   { grep -E "error" -A5 "$LOGS/build.log" | head -80; exit 1; }
@@ -73,6 +79,36 @@ if want kbench; then
     echo "== hyla_bench_$b"
     timeout 200 ./build-gpu/bin/hyla_bench_$b 2>&1 | tail -30
   done
+fi
+if want chunktest; then  # the chunk kernels' GPU tests alone (the [ tc spread ] lines: the errors)
+  timeout 300 ./build-gpu/tests/hyla_gpu_tests --gtest_filter='GatedDeltaRuleChunkCuda*' \
+    > "$OUT/chunk_tests.log" 2>&1
+  echo "chunk tests rc=$?"
+  grep -E "tc spread|OK \]|FAILED|Failure|error|Expected|Which is" "$OUT/chunk_tests.log" | head -60
+fi
+if want chunk; then  # chunk prefill at issue 26's shapes, then fla's chunk kernels on the same shapes
+  echo "== hyla_bench_gated_delta_rule_chunk"
+  timeout 300 ./build-gpu/bin/hyla_bench_gated_delta_rule_chunk --out "$OUT/hyla_chunk.jsonl" 2>&1 | tail -12
+  if [[ -d third_party_peer/fla ]]; then
+    echo "== fla"
+    PYTHONUNBUFFERED=1 PYTHONPATH=third_party_peer timeout 400 python3 third_party_peer/bench_fla.py \
+      --only gdn_prefill,kda_prefill --prefill-T 65536,4096 --varlen 16x4096 --no-intracard \
+      --no-kda-gate-variants --out "$OUT/fla.json" > "$LOGS/fla.log" 2>&1
+    echo "fla rc=$?"; grep -E "TIME|CHECK|rror" "$LOGS/fla.log" | sed -E 's/^\[ *[0-9.]+s\] //' | tail -30
+    python3 tools/gpu/chunk_vs_fla.py "$OUT/hyla_chunk.jsonl" "$OUT/fla.json"
+  fi
+fi
+if want chunkprof; then  # Nsight Compute on one call of each tensor-core chunk kernel (T = 4096)
+  ncu=/usr/local/cuda/bin/ncu
+  "$ncu" --kernel-name regex:'mma_(prepare|state)' --launch-skip 4 -c 2 --section SourceCounters \
+    --section WarpStateStats --section SpeedOfLight --section Occupancy \
+    --section MemoryWorkloadAnalysis --import-source no -o "$WORK/chunk" -f \
+    ./build-gpu/bin/hyla_bench_gated_delta_rule_chunk --quick > "$LOGS/ncu.log" 2>&1 ||
+    tail -20 "$LOGS/ncu.log"
+  "$ncu" --import "$WORK/chunk.ncu-rep" --page details > "$OUT/chunk_ncu.txt"
+  "$ncu" --import "$WORK/chunk.ncu-rep" --page source --csv --print-source sass > "$OUT/chunk_sass.csv"
+  grep -E "mma_|Duration|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Throughput" \
+    "$OUT/chunk_ncu.txt" | head -40
 fi
 ckpt=$WORK/bench-ckpt
 if want ckpt && [[ ! -f $ckpt/config.json ]]; then

@@ -12,6 +12,7 @@
 // Three launches on the caller's stream, all scratch in the caller's workspace
 // (ChunkWorkspaceLayout, per-token regions indexed by the packed token):
 //   plan    <<<1, 1>>>                    chunk_first, chunk_seq, boundary_first from cu_seqlens
+//                                          (gated_delta_rule_chunk_plan.cuh)
 //   prepare <<<(max_chunks, HV), 256>>>    G, A_kk (shared), A_qk, W, U, Q exp(G), K exp(G_n - G),
 //                                          exp(G_n) of one chunk
 //   state   <<<(B, HV, ceil(d_v/32)), 256>>> chunks of one sequence in order; the state tile
@@ -23,6 +24,7 @@
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gated_delta_rule_chunk_plan.cuh"
 #include "kernels/gated_delta_rule.h"
 #include "kernels/scalar_math.h"
 
@@ -88,41 +90,12 @@ __device__ __forceinline__ void store_elem(void* base, bool bf16, int64_t i, flo
   }
 }
 
-/// Tokens [begin, end) of sequence b, clamped to [0, T] so that bad offsets (not checked on the
-/// host for CUDA calls) never index outside the activations.
 __device__ __forceinline__ void sequence_range(const ChunkArgs& a, int b, int& begin, int& end) {
-  const int lo = a.cu[b * a.cu_stride], hi = a.cu[(b + 1) * a.cu_stride];
-  begin = min(max(lo, 0), a.T);
-  end = min(max(hi, begin), a.T);
+  chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
 }
-
-/// A slot id usable for the pool: in [0, num_slots), else -1 (skip).
 __device__ __forceinline__ int64_t pool_slot(const int32_t* slots, int64_t stride, int b,
                                              int64_t num_slots) {
-  if (slots == nullptr) return -1;
-  const int32_t s = slots[b * stride];
-  return s >= 0 && s < num_slots ? s : -1;
-}
-
-// ---- plan: chunk numbering from cu_seqlens, on the device (no host synchronisation) ----
-// Sequence b owns chunks [chunk_first[b], chunk_first[b+1]); chunk i belongs to chunk_seq[i]
-// (-1 past the last chunk); its state after 64 (j + 1) tokens is chunk_states entry
-// boundary_first[b] + j.
-__global__ void chunk_plan_kernel(const __grid_constant__ ChunkArgs a) {
-  int chunks = 0, boundaries = 0;
-  for (int b = 0; b < a.B; ++b) {
-    int begin, end;
-    sequence_range(a, b, begin, end);
-    const int len = end - begin;
-    const int n = min((len + kChunk - 1) / kChunk, a.max_chunks - chunks);
-    a.chunk_first[b] = chunks;
-    a.boundary_first[b] = boundaries;
-    for (int i = 0; i < n; ++i) a.chunk_seq[chunks + i] = b;
-    chunks += n;
-    boundaries += len / kChunk;
-  }
-  a.chunk_first[a.B] = chunks;
-  for (int i = chunks; i < a.max_chunks; ++i) a.chunk_seq[i] = -1;
+  return chunk_pool_slot(slots, stride, b, num_slots);
 }
 
 // ---- prepare: everything of one (chunk, value head) that does not need the state ----
@@ -378,6 +351,7 @@ void allow_smem(Kernel kernel, int floats, std::once_flag& once) {
 
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   const ChunkWorkspaceShape shape = chunk_workspace_shape(p);
+  if (shape.tensor_cores) return gated_delta_rule_chunk_mma(p, stream);
   const ChunkWorkspaceLayout layout = chunk_workspace_layout(shape);
   if (shape.HV == 0 || shape.d_v == 0) return ok_status();  // o and the states are empty
 
@@ -435,7 +409,14 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   allow_smem(chunk_prepare_kernel, prepare_smem_floats(max_dk, /*per_channel=*/true), prepare_once);
   allow_smem(chunk_state_kernel, state_smem_floats(max_dk), state_once);
 
-  chunk_plan_kernel<<<1, 1, 0, s>>>(a);
+  chunk_plan_kernel<<<1, 1, 0, s>>>(ChunkPlan{.cu = a.cu,
+                                              .cu_stride = a.cu_stride,
+                                              .T = a.T,
+                                              .B = a.B,
+                                              .max_chunks = a.max_chunks,
+                                              .chunk_first = a.chunk_first,
+                                              .chunk_seq = a.chunk_seq,
+                                              .boundary_first = a.boundary_first});
   HYLA_CUDA_CHECK_LAUNCH();
   if (layout.max_chunks > 0) {
     const size_t smem = size_t(prepare_smem_floats(a.d_k, a.per_channel)) * sizeof(float);
