@@ -13,6 +13,8 @@
 
 namespace hyla::model {
 
+class AllReduce;  // model/all_reduce.h
+
 struct Batch {
   std::vector<int32_t> tokens;       ///< [T] new tokens, packed sequence by sequence
   std::vector<int32_t> cu_seqlens;   ///< [B+1] sequence b is tokens [cu[b], cu[b+1]), each >= 1
@@ -112,6 +114,10 @@ struct BatchMemory {
   /// already of that shape, dtype and device is written in place (a captured step keeps its
   /// address); anything else is replaced by a new one.
   Tensor* final_hidden = nullptr;
+  /// Tensor parallelism (model/tensor_parallel.h): this model is one rank's slice, and every
+  /// layer's mixer and MLP output is summed across the ranks here before the residual add.
+  /// Null: the model is whole.
+  AllReduce* all_reduce = nullptr;
 };
 
 }  // namespace hyla::model

@@ -11,6 +11,7 @@
 #include "kernels/gather_rows.h"
 #include "kernels/linear.h"
 #include "kernels/rmsnorm.h"
+#include "model/all_reduce.h"
 #include "model/layers/linear_attention.h"
 
 namespace hyla::model {
@@ -440,6 +441,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
               ? attention_forward(layer.attention, c, normed, *paged, pages, branch)
               : latent_attention_forward(layer.latent, c, normed, *paged, pages, branch));
     }
+    if (memory.all_reduce) HYLA_RETURN_IF_ERROR(memory.all_reduce->sum(branch));
     if (trace) trace->mixer_out.push_back(branch.clone());
     HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
     lap(mixer_part(kind));
@@ -461,6 +463,7 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     HYLA_RETURN_IF_ERROR(norm(mlp_in, layer.post_norm, c, normed));
     Tensor ids, weights;
     HYLA_RETURN_IF_ERROR(mlp_forward(layer, c.mlps[size_t(i)], c, normed, branch, &ids, &weights));
+    if (memory.all_reduce) HYLA_RETURN_IF_ERROR(memory.all_reduce->sum(branch));
     if (trace) {
       trace->mlp_out.push_back(branch.clone());
       trace->router_ids.push_back(ids);

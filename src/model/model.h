@@ -60,6 +60,12 @@ class Model {
         Tensor lm_head, Tensor output_res_cw = {});
 
   const ModelConfig& config() const { return config_; }
+  /// The weights, read-only (model/tensor_parallel.h slices them per rank).
+  const Tensor& embedding() const { return embedding_; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
+  const Tensor& final_norm() const { return final_norm_; }
+  const Tensor& lm_head() const { return lm_head_; }
+  const Tensor& output_res_cw() const { return output_res_cw_; }
   /// Where the weights live; forward calls run there.
   Device device() const { return embedding_.device(); }
   /// A copy of the model with every weight on `device` (projections keep the dtype the

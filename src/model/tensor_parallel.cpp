@@ -292,6 +292,25 @@ Result<DecoderLayer> shard_layer(const ModelConfig& config, int64_t layer,
   return out;
 }
 
+Result<std::unique_ptr<Model>> shard_model(const Model& whole, int rank, int ranks) {
+  const ModelConfig& c = whole.config();
+  if (!whole.device().is_cpu())
+    return invalid_argument("tensor parallel: the whole model is on ", device_name(whole.device()),
+                            "; slice it on the host, then move each rank's model (Model::to)");
+  HYLA_ASSIGN_OR_RETURN(ModelConfig config, shard_config(c, rank, ranks));
+  std::vector<DecoderLayer> layers;
+  layers.reserve(whole.layers().size());
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    HYLA_ASSIGN_OR_RETURN(DecoderLayer layer,
+                          shard_layer(c, i, whole.layers()[size_t(i)], rank, ranks));
+    layers.push_back(std::move(layer));
+  }
+  auto model = std::make_unique<Model>(std::move(config), whole.embedding(), std::move(layers),
+                                       whole.final_norm(), whole.lm_head(), whole.output_res_cw());
+  model->set_linear_backends(whole.linear_backends());
+  return model;
+}
+
 Result<Tensor> shard_gdn_conv_state(const ModelConfig& config, const TensorView& conv_pool,
                                     int rank, int ranks) {
   HYLA_RETURN_IF_ERROR(check_ranks(rank, ranks));

@@ -21,11 +21,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/decoder_layer.h"
+#include "model/model.h"
 
 namespace hyla::model {
 
@@ -41,6 +43,13 @@ Result<ModelConfig> shard_config(const ModelConfig& config, int rank, int ranks)
 /// shard_config, and weights whose shapes do not match the config.
 Result<DecoderLayer> shard_layer(const ModelConfig& config, int64_t layer,
                                  const DecoderLayer& whole, int rank, int ranks);
+
+/// Rank `rank`'s model: shard_config's config, every layer's shard_layer slice, the embedding,
+/// final norm and lm_head shared with `whole` (replicated), the linear backends copied. Its
+/// forward_batch runs with BatchMemory::all_reduce set to the rank's communicator and pools of its
+/// config's shapes. The MTP draft head is not carried. Errors: as shard_config / shard_layer, and
+/// a whole model that is not on the host (slice first, then move each rank's model, Model::to).
+Result<std::unique_ptr<Model>> shard_model(const Model& whole, int rank, int ranks);
 
 /// Rank `rank`'s slice of an unsharded GDN state pool (host, contiguous): conv [slots, conv_dim,
 /// K-1] -> its q | k | v channels; ssm [slots, HV, d_v, d_k] -> its value heads. (To start ranks
