@@ -112,23 +112,24 @@ Status check_mixer(const ModelConfig& c, int64_t layer, int ranks) {
     case MixerKind::kGatedDeltaNet:
       return divides(layer, "gated delta net", "linear_num_key_heads H", c.linear.num_k_heads,
                      ranks);
+    case MixerKind::kKimiDelta:
+      return divides(layer, "Kimi delta attention", "num_heads H", c.linear.num_k_heads, ranks);
     case MixerKind::kFullAttention:
       return attention_kv_slice(c.attention, layer, 0, ranks).status();
-    default:
-      return unsupported("tensor parallel: layer ", layer,
-                         " is not a Qwen mixer (gated delta net or gated full attention); only "
-                         "those are sharded");
+    case MixerKind::kLatentAttention:
+      return divides(layer, "latent attention", "num_attention_heads", c.latent.num_heads, ranks);
   }
+  return internal_error("tensor parallel: layer ", layer, " has an unknown mixer kind");
 }
 
 Status check_mlp(const ModelConfig& c, int64_t layer, int ranks) {
   if (c.mlps[size_t(layer)] == MlpKind::kDense)
     return divides(layer, "dense MLP", "intermediate_size", c.intermediate_size, ranks);
   const MoeConfig& m = c.moe;
-  if (m.latent_dim > 0 || m.correction_bias)
-    return unsupported(
-        "tensor parallel: layer ", layer,
-        " is a Kimi MoE (latent experts or correction bias); only Qwen's is sharded");
+  if (m.latent_dim > 0)  // the norm of the routed sum needs the whole sum inside the MoE
+    return unsupported("tensor parallel: layer ", layer,
+                       " is a latent MoE (K3: its routed experts' sum is RMS-normed before the "
+                       "up projection), not sharded yet");
   HYLA_RETURN_IF_ERROR(
       divides(layer, "MoE", "moe_intermediate_size", m.expert_intermediate, ranks));
   return divides(layer, "MoE", "shared_expert_intermediate_size", m.shared_intermediate, ranks);
@@ -205,6 +206,74 @@ Result<AttentionWeights> shard_attention(const ModelConfig& c, int64_t layer,
   return out;
 }
 
+Result<KdaWeights> shard_kda(const ModelConfig& c, int64_t layer, const KdaWeights& w, int rank,
+                             int ranks) {
+  const LinearAttentionConfig& l = c.linear;
+  const int64_t H = l.num_k_heads, d = l.head_k_dim, P = H * d, R = l.gate_rank;
+  const int64_t h = H / ranks, at = rank * h, width = h * d;
+  const std::string p = str_cat("layer ", layer, " kda.");
+  const int64_t blocks = l.full_rank_output_gate ? 4 : 3;  // [q | k | v (| g)]
+  HYLA_RETURN_IF_ERROR(expect_shape(w.qkv_proj, {blocks * P, c.hidden_size}, p + "qkv_proj"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.conv, {3 * P, l.conv_kernel}, p + "conv"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.fa_b, {R + H, c.hidden_size}, p + "fa_b"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.f_b, {P, R}, p + "f_b"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.A_log, {H}, p + "A_log"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.dt_bias, {H, d}, p + "dt_bias"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.o_proj, {c.hidden_size, P}, p + "o_proj"));
+  std::vector<Range> rows;
+  for (int64_t b = 0; b < blocks; ++b) rows.push_back({b * P + at * d, width});
+  const std::vector<Range> conv_rows(rows.begin(), rows.begin() + 3);
+  KdaWeights out;
+  HYLA_ASSIGN_OR_RETURN(out.qkv_proj, gather(w.qkv_proj, 0, rows, p + "qkv_proj"));
+  HYLA_ASSIGN_OR_RETURN(out.conv, gather(w.conv, 0, conv_rows, p + "conv"));
+  // f_a (the low-rank gate's input side) whole; b of this rank's heads
+  HYLA_ASSIGN_OR_RETURN(out.fa_b, gather(w.fa_b, 0, {{0, R}, {R + at, h}}, p + "fa_b"));
+  HYLA_ASSIGN_OR_RETURN(out.f_b, gather(w.f_b, 0, {{at * d, width}}, p + "f_b"));
+  if (w.g_b.defined()) {  // low-rank output gate: g_a whole, g_b rows of this rank's heads
+    HYLA_RETURN_IF_ERROR(expect_shape(w.g_b, {P, R}, p + "g_b"));
+    out.g_a = w.g_a;
+    HYLA_ASSIGN_OR_RETURN(out.g_b, gather(w.g_b, 0, {{at * d, width}}, p + "g_b"));
+  }
+  HYLA_ASSIGN_OR_RETURN(out.A_log, gather(w.A_log, 0, {{at, h}}, p + "A_log"));
+  HYLA_ASSIGN_OR_RETURN(out.dt_bias, gather(w.dt_bias, 0, {{at, h}}, p + "dt_bias"));
+  out.o_norm = w.o_norm;
+  HYLA_ASSIGN_OR_RETURN(out.o_proj, gather(w.o_proj, 1, {{at * d, width}}, p + "o_proj"));
+  return out;
+}
+
+/// MLA by query head: every rank keeps the whole latent (kv_a_proj and its norm replicated, the
+/// same latent KV pages on each rank) and expands it for its own heads.
+Result<LatentAttentionWeights> shard_latent(const ModelConfig& c, int64_t layer,
+                                            const LatentAttentionWeights& w, int rank, int ranks) {
+  const LatentAttentionConfig& a = c.latent;
+  const int64_t nh = a.num_heads, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  const int64_t kvb = a.qk_nope_head_dim + a.v_head_dim, vd = a.v_head_dim;
+  const int64_t h = nh / ranks, at = rank * h;
+  const std::string p = str_cat("layer ", layer, " latent_attention.");
+  LatentAttentionWeights out;
+  if (a.q_lora_rank > 0) {
+    HYLA_RETURN_IF_ERROR(expect_shape(w.q_b_proj, {nh * qk, a.q_lora_rank}, p + "q_b_proj"));
+    out.q_a_proj = w.q_a_proj;
+    out.q_a_norm = w.q_a_norm;
+    HYLA_ASSIGN_OR_RETURN(out.q_b_proj, gather(w.q_b_proj, 0, {{at * qk, h * qk}}, p + "q_b_proj"));
+  } else {
+    HYLA_RETURN_IF_ERROR(expect_shape(w.q_proj, {nh * qk, c.hidden_size}, p + "q_proj"));
+    HYLA_ASSIGN_OR_RETURN(out.q_proj, gather(w.q_proj, 0, {{at * qk, h * qk}}, p + "q_proj"));
+  }
+  out.kv_a_proj = w.kv_a_proj;
+  out.kv_a_norm = w.kv_a_norm;
+  HYLA_RETURN_IF_ERROR(expect_shape(w.kv_b_proj, {nh * kvb, a.kv_lora_rank}, p + "kv_b_proj"));
+  HYLA_ASSIGN_OR_RETURN(out.kv_b_proj,
+                        gather(w.kv_b_proj, 0, {{at * kvb, h * kvb}}, p + "kv_b_proj"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.o_proj, {c.hidden_size, nh * vd}, p + "o_proj"));
+  HYLA_ASSIGN_OR_RETURN(out.o_proj, gather(w.o_proj, 1, {{at * vd, h * vd}}, p + "o_proj"));
+  if (w.g_proj.defined()) {
+    HYLA_RETURN_IF_ERROR(expect_shape(w.g_proj, {nh * vd, c.hidden_size}, p + "g_proj"));
+    HYLA_ASSIGN_OR_RETURN(out.g_proj, gather(w.g_proj, 0, {{at * vd, h * vd}}, p + "g_proj"));
+  }
+  return out;
+}
+
 Result<MoeWeights> shard_moe(const ModelConfig& c, int64_t layer, const MoeWeights& w, int rank,
                              int ranks) {
   const MoeConfig& m = c.moe;
@@ -214,6 +283,7 @@ Result<MoeWeights> shard_moe(const ModelConfig& c, int64_t layer, const MoeWeigh
   HYLA_RETURN_IF_ERROR(expect_shape(w.experts_down, {E, hidden, I}, p + "experts_down"));
   MoeWeights out;
   out.router = w.router;
+  out.correction_bias = w.correction_bias;
   out.shared_gate = w.shared_gate;
   HYLA_ASSIGN_OR_RETURN(const DenseMlpWeights experts, shard_glu(w.experts_gate_up, w.experts_down,
                                                                  1, I, rank, ranks, p + "experts"));
@@ -238,10 +308,11 @@ Result<ModelConfig> shard_config(const ModelConfig& config, int rank, int ranks)
     HYLA_RETURN_IF_ERROR(check_mlp(config, i, ranks));
   }
   ModelConfig out = config;
-  bool gdn = false, attention = false, dense = false, moe = false;
+  bool gdn = false, attention = false, latent = false, dense = false, moe = false;
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    gdn |= config.mixers[size_t(i)] == MixerKind::kGatedDeltaNet;
+    gdn |= is_linear_mixer(config.mixers[size_t(i)]);  // GDN or KDA: both count heads in linear
     attention |= config.mixers[size_t(i)] == MixerKind::kFullAttention;
+    latent |= config.mixers[size_t(i)] == MixerKind::kLatentAttention;
     dense |= config.mlps[size_t(i)] == MlpKind::kDense;
     moe |= config.mlps[size_t(i)] == MlpKind::kMoe;
   }
@@ -254,6 +325,7 @@ Result<ModelConfig> shard_config(const ModelConfig& config, int rank, int ranks)
     out.attention.num_heads /= ranks;
     out.attention.num_kv_heads = kv.count;
   }
+  if (latent) out.latent.num_heads /= ranks;
   if (dense) out.intermediate_size /= ranks;
   if (moe) {
     out.moe.expert_intermediate /= ranks;
@@ -272,11 +344,26 @@ Result<DecoderLayer> shard_layer(const ModelConfig& config, int64_t layer,
   DecoderLayer out;
   out.input_norm = whole.input_norm;
   out.post_norm = whole.post_norm;
-  if (config.mixers[size_t(layer)] == MixerKind::kGatedDeltaNet) {
-    HYLA_ASSIGN_OR_RETURN(out.gdn, shard_gdn(config, layer, whole.gdn, rank, ranks));
-  } else {
-    HYLA_ASSIGN_OR_RETURN(out.attention,
-                          shard_attention(config, layer, whole.attention, rank, ranks));
+  out.attn_res_cw = whole.attn_res_cw;
+  out.mlp_res_cw = whole.mlp_res_cw;
+  switch (config.mixers[size_t(layer)]) {
+    case MixerKind::kGatedDeltaNet: {
+      HYLA_ASSIGN_OR_RETURN(out.gdn, shard_gdn(config, layer, whole.gdn, rank, ranks));
+      break;
+    }
+    case MixerKind::kKimiDelta: {
+      HYLA_ASSIGN_OR_RETURN(out.kda, shard_kda(config, layer, whole.kda, rank, ranks));
+      break;
+    }
+    case MixerKind::kFullAttention: {
+      HYLA_ASSIGN_OR_RETURN(out.attention,
+                            shard_attention(config, layer, whole.attention, rank, ranks));
+      break;
+    }
+    case MixerKind::kLatentAttention: {
+      HYLA_ASSIGN_OR_RETURN(out.latent, shard_latent(config, layer, whole.latent, rank, ranks));
+      break;
+    }
   }
   if (config.mlps[size_t(layer)] == MlpKind::kDense) {
     const int64_t I = config.intermediate_size;

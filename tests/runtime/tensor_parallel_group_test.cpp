@@ -3,9 +3,10 @@
 // own config's shapes (1/N of the GDN state, its KV heads), over three steps of two sequences: a
 // prefill of 3 and 70 tokens (70 crosses a 64-token chunk), a decode step, then one sequence
 // extending by 5 while the other decodes. Every rank's logits are the same bits, and they equal
-// the unsharded model's logits: N = 2 on every golden Qwen architecture with its weights, N = 4
-// on the golden configs widened to H = 4, HV = 8 with random weights. The golden Kimi
-// architectures (KDA, MLA, latent MoE) are refused by name until their sharding lands.
+// the unsharded model's logits: N = 2 and 4 on every golden architecture with its weights where
+// the heads divide (Kimi-Linear: KDA, MLA, MoE with correction bias), N = 4 on the Qwen configs
+// widened to H = 4, HV = 8 with random weights (their H = 2). K3's latent MoE is refused by name
+// until its sharding lands.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -163,31 +164,25 @@ void expect_ranks_equal_whole(const model::Model& whole, int ranks, double atol)
   }
 }
 
-bool is_qwen(const model::ModelConfig& c) {
-  for (size_t i = 0; i < c.mixers.size(); ++i)
-    if (c.mixers[i] != model::MixerKind::kGatedDeltaNet &&
-        c.mixers[i] != model::MixerKind::kFullAttention)
-      return false;
-  return c.attn_res_block_size == 0;
-}
-
 class TensorParallelGroupTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallelGroupTest, RanksEqualTheWholeModel) {
   Result<std::unique_ptr<model::Model>> loaded = model::load_model(GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   const model::Model& m = *loaded.value();
-  if (!is_qwen(m.config())) {  // Kimi's layer kinds: refused, by name, until sharded
+  if (m.config().moe.latent_dim > 0) {  // K3's latent MoE: refused, by name, until sharded
     Result<std::unique_ptr<model::Model>> r = model::shard_model(m, 0, 2);
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("tensor parallel"), std::string::npos)
-        << r.status().message();
+    EXPECT_NE(r.status().message().find("latent MoE"), std::string::npos) << r.status().message();
     return;
   }
   const double spread = testing::reference_logits_spread(GetParam());
   expect_ranks_equal_whole(m, 2, kShardedVsWholeSpreads * spread);
-
-  // N = 4: the config widened (H = 4, HV = 8) so that 4 ranks divide it, random weights.
+  if (model::shard_config(m.config(), 0, 4).ok()) {  // Kimi-Linear: 4 heads everywhere
+    expect_ranks_equal_whole(m, 4, kShardedVsWholeSpreads * spread);
+    return;
+  }
+  // Qwen's H = 2 key heads: N = 4 on the config widened to H = 4, HV = 8, random weights.
   model::ModelConfig c = m.config();
   c.linear.num_k_heads = 4;
   c.linear.num_v_heads = 8;

@@ -1,7 +1,7 @@
 // N tensor-parallel ranks as threads of one process, on the CPU: the all-reduce adds the ranks'
 // host tensors in rank order (the same bits on every rank, whatever the thread timing). For tests
 // of the sharding (sharded == unsharded, model/tensor_parallel.h) and for running a sharded model
-// where no NCCL is; GPUs use runtime/tp/nccl_group.
+// where no NCCL is.
 #pragma once
 
 #include <atomic>
