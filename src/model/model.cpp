@@ -39,8 +39,9 @@ Result<Tensor> logit_rows(const Tensor& x, const StepIndices& indices, bool logi
 /// branch = the layer's MoE (routing to ids / weights when given) or dense MLP of `normed`.
 Status mlp_forward(const DecoderLayer& layer, MlpKind kind, const ModelConfig& c,
                    const Tensor& normed, const Tensor& branch, Tensor* ids = nullptr,
-                   Tensor* weights = nullptr) {
-  if (kind == MlpKind::kMoe) return moe_forward(layer.moe, c, normed, branch, ids, weights);
+                   Tensor* weights = nullptr, AllReduce* all_reduce = nullptr) {
+  if (kind == MlpKind::kMoe)
+    return moe_forward(layer.moe, c, normed, branch, ids, weights, all_reduce);
   return dense_mlp_forward(layer.dense, c.mlp_activation, normed, branch);
 }
 
@@ -462,7 +463,8 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
     // h += mlp(norm(mlp_in))
     HYLA_RETURN_IF_ERROR(norm(mlp_in, layer.post_norm, c, normed));
     Tensor ids, weights;
-    HYLA_RETURN_IF_ERROR(mlp_forward(layer, c.mlps[size_t(i)], c, normed, branch, &ids, &weights));
+    HYLA_RETURN_IF_ERROR(mlp_forward(layer, c.mlps[size_t(i)], c, normed, branch, &ids, &weights,
+                                     memory.all_reduce));
     if (memory.all_reduce) HYLA_RETURN_IF_ERROR(memory.all_reduce->sum(branch));
     if (trace) {
       trace->mlp_out.push_back(branch.clone());

@@ -126,10 +126,9 @@ Status check_mlp(const ModelConfig& c, int64_t layer, int ranks) {
   if (c.mlps[size_t(layer)] == MlpKind::kDense)
     return divides(layer, "dense MLP", "intermediate_size", c.intermediate_size, ranks);
   const MoeConfig& m = c.moe;
-  if (m.latent_dim > 0)  // the norm of the routed sum needs the whole sum inside the MoE
-    return unsupported("tensor parallel: layer ", layer,
-                       " is a latent MoE (K3: its routed experts' sum is RMS-normed before the "
-                       "up projection), not sharded yet");
+  if (m.latent_dim > 0)  // each rank brings back its slice of the latent columns
+    HYLA_RETURN_IF_ERROR(
+        divides(layer, "latent MoE", "routed_expert_hidden_size", m.latent_dim, ranks));
   HYLA_RETURN_IF_ERROR(
       divides(layer, "MoE", "moe_intermediate_size", m.expert_intermediate, ranks));
   return divides(layer, "MoE", "shared_expert_intermediate_size", m.shared_intermediate, ranks);
@@ -278,10 +277,20 @@ Result<MoeWeights> shard_moe(const ModelConfig& c, int64_t layer, const MoeWeigh
                              int ranks) {
   const MoeConfig& m = c.moe;
   const int64_t E = m.num_experts, I = m.expert_intermediate, hidden = c.hidden_size;
+  const int64_t width = m.latent_dim > 0 ? m.latent_dim : hidden;  // what the experts read
   const std::string p = str_cat("layer ", layer, " moe.");
-  HYLA_RETURN_IF_ERROR(expect_shape(w.experts_gate_up, {E, 2 * I, hidden}, p + "experts_gate_up"));
-  HYLA_RETURN_IF_ERROR(expect_shape(w.experts_down, {E, hidden, I}, p + "experts_down"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.experts_gate_up, {E, 2 * I, width}, p + "experts_gate_up"));
+  HYLA_RETURN_IF_ERROR(expect_shape(w.experts_down, {E, width, I}, p + "experts_down"));
   MoeWeights out;
+  if (m.latent_dim > 0) {  // the latent down projection and norm whole, up by latent columns
+    const int64_t columns = m.latent_dim / ranks;
+    HYLA_RETURN_IF_ERROR(expect_shape(w.latent_up, {hidden, m.latent_dim}, p + "latent_up"));
+    out.latent_down = w.latent_down;
+    out.latent_norm = w.latent_norm;
+    out.latent_columns_begin = rank * columns;
+    HYLA_ASSIGN_OR_RETURN(out.latent_up,
+                          gather(w.latent_up, 1, {{rank * columns, columns}}, p + "latent_up"));
+  }
   out.router = w.router;
   out.correction_bias = w.correction_bias;
   out.shared_gate = w.shared_gate;

@@ -25,8 +25,10 @@
 //              the shared expert likewise; router and shared_gate replicated. The shared output
 //              is sigmoid(x . g) * shared(x), linear in shared's partial sums, so the ranks' sum
 //              is the whole output; routing (Kimi: with its correction bias) is computed
-//              identically on every rank. K3's latent MoE is refused: its routed sum is RMS-normed
-//              before the up projection, which needs the whole sum inside the MoE.
+//              identically on every rank. K3's latent MoE: experts split the same way over the
+//              latent width, latent_down and its norm replicated; the routed latent is summed
+//              across the ranks inside the MoE (its RMS norm needs the whole sum), and each rank
+//              brings back its 1/N of the latent columns through its columns of latent_up.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +44,8 @@ namespace hyla::model {
 
 /// The config rank `rank` of `ranks` runs its layer slices with: per-rank head counts (GDN key and
 /// value heads, KDA heads, attention query and KV heads, MLA heads) and intermediate widths
-/// (dense, routed experts, shared expert). Errors: ranks < 1, rank outside [0, ranks), a latent MoE
-/// (K3), a count that `ranks` does not divide (naming the layer, the count and N).
+/// (dense, routed experts, shared expert). Errors: ranks < 1, rank outside [0, ranks), a count
+/// that `ranks` does not divide (naming the layer, the count and N).
 Result<ModelConfig> shard_config(const ModelConfig& config, int rank, int ranks);
 
 /// Rank `rank`'s slice of decoder layer `layer` (weights on the host, contiguous, any dtype): the

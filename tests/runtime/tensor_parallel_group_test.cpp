@@ -4,9 +4,9 @@
 // prefill of 3 and 70 tokens (70 crosses a 64-token chunk), a decode step, then one sequence
 // extending by 5 while the other decodes. Every rank's logits are the same bits, and they equal
 // the unsharded model's logits: N = 2 and 4 on every golden architecture with its weights where
-// the heads divide (Kimi-Linear: KDA, MLA, MoE with correction bias), N = 4 on the Qwen configs
-// widened to H = 4, HV = 8 with random weights (their H = 2). K3's latent MoE is refused by name
-// until its sharding lands.
+// the heads divide (Kimi-Linear and K3: KDA, MLA, MoE with correction bias, K3's latent MoE and
+// Attention Residuals), N = 4 on the Qwen configs widened to H = 4, HV = 8 with random weights
+// (their H = 2).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -170,15 +170,9 @@ TEST_P(TensorParallelGroupTest, RanksEqualTheWholeModel) {
   Result<std::unique_ptr<model::Model>> loaded = model::load_model(GetParam());
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   const model::Model& m = *loaded.value();
-  if (m.config().moe.latent_dim > 0) {  // K3's latent MoE: refused, by name, until sharded
-    Result<std::unique_ptr<model::Model>> r = model::shard_model(m, 0, 2);
-    ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("latent MoE"), std::string::npos) << r.status().message();
-    return;
-  }
   const double spread = testing::reference_logits_spread(GetParam());
   expect_ranks_equal_whole(m, 2, kShardedVsWholeSpreads * spread);
-  if (model::shard_config(m.config(), 0, 4).ok()) {  // Kimi-Linear: 4 heads everywhere
+  if (model::shard_config(m.config(), 0, 4).ok()) {  // the Kimi sets: 4 heads everywhere
     expect_ranks_equal_whole(m, 4, kShardedVsWholeSpreads * spread);
     return;
   }

@@ -9,6 +9,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/situ_glu.h"
 #include "kernels/swiglu.h"
+#include "model/all_reduce.h"
 
 namespace hyla::model {
 
@@ -27,7 +28,8 @@ Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, con
 }
 
 Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const TensorView& x,
-                   const TensorView& out, Tensor* topk_ids, Tensor* topk_weights) {
+                   const TensorView& out, Tensor* topk_ids, Tensor* topk_weights,
+                   AllReduce* all_reduce) {
   const MoeConfig& config = model_config.moe;
   const GluActivation& act = model_config.mlp_activation;
   const int64_t T = x.size(0), hidden = x.size(1), E = config.num_experts, K = config.top_k;
@@ -128,6 +130,14 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
   } else {
     // Latent MoE: out = rmsnorm(routed) W_up^T (the norm when latent_moe_use_norm), + shared
     HYLA_RETURN_IF_ERROR(kernels::moe_combine(routed_sum));
+    const int64_t columns = w.latent_up.size(1);
+    const bool sharded = columns != width;
+    if (sharded) {  // a rank's experts gave a partial latent: the norm needs the whole sum
+      if (all_reduce == nullptr)
+        return invalid_argument("moe_forward: a latent MoE sharded to ", columns, " of ", width,
+                                " latent columns needs the ranks' all-reduce");
+      HYLA_RETURN_IF_ERROR(all_reduce->sum(routed));
+    }
     if (w.latent_norm.defined()) {
       HYLA_RETURN_IF_ERROR(kernels::rmsnorm({.x = routed,
                                              .weight = w.latent_norm,
@@ -135,8 +145,11 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
                                              .form = kernels::RmsNormForm::kWeight,
                                              .y = routed}));
     }
+    // a rank: its latent columns (its partial of the up projection)
+    const TensorView up_in =
+        sharded ? routed.view().narrow(1, w.latent_columns_begin, columns) : routed.view();
     HYLA_RETURN_IF_ERROR(
-        kernels::linear({.x = routed, .weight = w.latent_up, .bias = {}, .y = out}));
+        kernels::linear({.x = up_in, .weight = w.latent_up, .bias = {}, .y = out}));
     if (shared.defined()) {
       HYLA_RETURN_IF_ERROR(kernels::moe_combine(
           {.shared = shared, .shared_gate = shared_gate, .accumulate = true, .out = out}));

@@ -10,6 +10,8 @@
 
 namespace hyla::model {
 
+class AllReduce;  // model/all_reduce.h
+
 struct DenseMlpWeights {
   Tensor gate_up;  ///< [2 I, width]: rows [gate | up]
   Tensor down;     ///< [width, I]
@@ -26,6 +28,10 @@ struct MoeWeights {
   Tensor latent_down;      ///< [latent, hidden] routed_expert_down_proj (K3); undefined otherwise
   Tensor latent_norm;      ///< [latent] routed_expert_norm (latent_moe_use_norm); may be undefined
   Tensor latent_up;        ///< [hidden, latent] routed_expert_up_proj
+  /// Tensor parallelism (model/tensor_parallel.h): this rank's latent columns
+  /// [latent_columns_begin, + latent_up.size(1)) of the normed routed sum; latent_up holds only
+  /// those. 0 with the whole latent_up.
+  int64_t latent_columns_begin = 0;
 };
 
 /// x: [T, width] f32; out: [T, width] f32.
@@ -39,8 +45,12 @@ Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, con
 /// (gate_up) over all experts' row blocks at once, the GLU on all T * top_k rows,
 /// moe_grouped_linear (down), moe_combine. The expert offsets stay on the device: no host sync
 /// and a fixed number of launches per call, whatever the routing.
+/// all_reduce: a tensor-parallel rank's communicator. A latent MoE sharded by expert intermediate
+/// (latent_up narrower than the latent) sums its routed latent across the ranks there before the
+/// norm, then brings its own latent columns back (a partial output, summed by the caller with the
+/// shared expert's); required for such weights, unused otherwise.
 Status moe_forward(const MoeWeights& w, const ModelConfig& config, const TensorView& x,
                    const TensorView& out, Tensor* topk_ids = nullptr,
-                   Tensor* topk_weights = nullptr);
+                   Tensor* topk_weights = nullptr, AllReduce* all_reduce = nullptr);
 
 }  // namespace hyla::model
