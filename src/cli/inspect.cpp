@@ -15,6 +15,7 @@
 
 #include "model/architecture.h"
 #include "model/weight_loader.h"
+#include "runtime/memory/memory_plan.h"
 
 namespace hyla::cli {
 
@@ -115,7 +116,13 @@ void print_group(const LayerGroup& g, const model::Checkpoint* ckpt, const NameM
 
 namespace {
 
-int inspect(const std::string& path) {
+int inspect(const std::string& path, const InspectOptions& options) {
+  if (options.tensor_parallel < 1 || options.budget_mib < 1) {
+    std::fprintf(stderr,
+                 "hyla inspect: --tensor-parallel %d, --budget-mib %lld: expected both >= 1\n",
+                 options.tensor_parallel, (long long)options.budget_mib);
+    return 1;
+  }
   Result<model::LoadedConfig> loaded = model::load_config(path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "hyla inspect: %s\n", loaded.status().message().c_str());
@@ -222,6 +229,16 @@ int inspect(const std::string& path) {
         "(embedding first)\n",
         (long long)c.attn_res_block_size, (long long)c.attn_res_blocks());
 
+  if (options.tensor_parallel > 1) {
+    Result<runtime::TensorParallelPlan> plan =
+        runtime::plan_tensor_parallel(c, options.tensor_parallel, options.budget_mib << 20);
+    if (!plan.ok()) {
+      std::fprintf(stderr, "hyla inspect: %s\n", plan.status().message().c_str());
+      return 1;
+    }
+    std::printf("\n%s", plan->summary().c_str());
+  }
+
   // Checkpoint agreement.
   if (ckpt) {
     Status check = model::check_checkpoint(*ckpt, resolved);
@@ -234,11 +251,11 @@ int inspect(const std::string& path) {
 
 }  // namespace
 
-int run_inspect(const std::string& path) {
+int run_inspect(const std::string& path, const InspectOptions& options) {
   // The loaders return errors as Status; this net turns anything they or the standard library
   // still throw (std::filesystem on a name too long) into a message instead of a terminate.
   try {
-    return inspect(path);
+    return inspect(path, options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hyla inspect: %s: %s\n", path.c_str(), e.what());
     return 1;

@@ -66,6 +66,12 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand(
       "inspect", "per-layer tensors of a model: roles, shapes, dtypes, parameter counts");
   inspect->add_option("path", inspect_path, "checkpoint folder or config.json")->required();
+  hyla::cli::InspectOptions inspect_options;
+  inspect->add_option("--tensor-parallel", inspect_options.tensor_parallel,
+                      "also plan one rank's memory when the model is split by head over N GPUs: "
+                      "state per sequence, KV per token, requests at once");
+  inspect->add_option("--budget-mib", inspect_options.budget_mib,
+                      "each rank's state + KV memory for that plan (default 1024)");
 
   hyla::cli::GenerateOptions generate;
   CLI::App* gen = app.add_subcommand(
@@ -345,7 +351,7 @@ int main(int argc, char** argv) {
     return hyla::cli::run_chat(chat);
   }
   if (tmpl->parsed()) return hyla::cli::run_template(template_model);
-  if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path);
+  if (inspect->parsed()) return hyla::cli::run_inspect(inspect_path, inspect_options);
   if (sc->parsed()) return hyla::cli::run_selfcheck(selfcheck);
   std::printf("%s", app.help().c_str());
   return 0;

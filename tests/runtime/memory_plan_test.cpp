@@ -1,6 +1,6 @@
 // plan_memory: a hand-computed split for qwen3_next, pure-attention and pure-linear models, the
 // errors, pools created from a plan fit its budget, the Attention-Residual scratch of the tiny K3
-// by hand, and Kimi K3 on an 80 GiB budget (printed).
+// by hand, Kimi K3 on an 80 GiB budget (printed), and one tensor-parallel rank's share.
 #include "runtime/memory/memory_plan.h"
 
 #include <cstdio>
@@ -155,6 +155,34 @@ TEST(MemoryPlan, KimiK3On80GiB) {
   EXPECT_EQ(plan.scratch_bytes_per_token, 258048);
   EXPECT_GT(plan.state_slots, 0);
   std::printf("%s\n", plan.summary().c_str());
+}
+
+// Tensor parallelism by head: a rank's state slot is exactly 1/N of the whole model's (the linear
+// layers' conv channels and SSM heads split evenly); its KV bytes per token are its KV heads'
+// (Qwen: nkv 2 over 2 ranks) or the whole latent (MLA keeps it on every rank); in the same budget
+// a rank therefore holds about N times the requests. Counts N does not divide are named.
+TEST(MemoryPlan, TensorParallelRankShares) {
+  const model::ModelConfig qwen = test_config("golden/qwen3_next");
+  Result<TensorParallelPlan> two = plan_tensor_parallel(qwen, 2, 64 * kMiB);
+  ASSERT_OK(two.status());
+  EXPECT_EQ(two->rank.bytes_per_slot * 2, two->whole.bytes_per_slot);
+  EXPECT_EQ(two->rank.bytes_per_kv_token * 2, two->whole.bytes_per_kv_token);
+  EXPECT_GE(two->rank.max_running_requests, 2 * two->whole.max_running_requests - 1);
+  const std::string summary = two->summary();
+  for (const char* part : {"over 2 ranks", "state per sequence: 26.2 KiB (whole model 52.5 KiB)",
+                           "KV per token: 128 B (whole model 256 B)", "requests at once"})
+    EXPECT_NE(summary.find(part), std::string::npos) << part << " not in: " << summary;
+
+  const model::ModelConfig k3 = test_config("golden/kimi_k3");
+  Result<TensorParallelPlan> four = plan_tensor_parallel(k3, 4, 64 * kMiB);
+  ASSERT_OK(four.status());
+  EXPECT_EQ(four->rank.bytes_per_slot * 4, four->whole.bytes_per_slot);
+  EXPECT_EQ(four->rank.bytes_per_kv_token, four->whole.bytes_per_kv_token) << "the MLA latent";
+
+  EXPECT_ERROR_CONTAINS(plan_tensor_parallel(qwen, 4, 64 * kMiB).status(),
+                        "linear_num_key_heads H = 2, which N = 4 ranks do not divide");
+  EXPECT_ERROR_CONTAINS(plan_tensor_parallel(qwen, 0, 64 * kMiB).status(), "0 ranks");
+  EXPECT_ERROR_CONTAINS(plan_tensor_parallel(qwen, 2, 0).status(), "budget is 0 bytes");
 }
 
 TEST(MemoryPlan, FormatBytes) {

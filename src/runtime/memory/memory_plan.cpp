@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "model/layers/attn_residual.h"
+#include "model/tensor_parallel.h"
 
 namespace hyla::runtime {
 
@@ -54,6 +55,39 @@ std::string MemoryPlan::summary() const {
       str_cat("at most ", limit_string(max_running_requests), " running requests; at most ",
               limit_string(max_context_tokens), " context tokens for one request (",
               format_bytes(budget_bytes - scratch_bytes - state_bytes() - kv_bytes()), " unused).");
+  return s;
+}
+
+Result<TensorParallelPlan> plan_tensor_parallel(const model::ModelConfig& config, int ranks,
+                                                int64_t budget_bytes, double state_ratio,
+                                                const MemoryPlanOptions& options) {
+  HYLA_ASSIGN_OR_RETURN(const model::ModelConfig rank_config,
+                        model::shard_config(config, 0, ranks));
+  TensorParallelPlan plan;
+  plan.ranks = ranks;
+  HYLA_ASSIGN_OR_RETURN(plan.rank, plan_memory(rank_config, budget_bytes, state_ratio, options));
+  HYLA_ASSIGN_OR_RETURN(plan.whole, plan_memory(config, budget_bytes, state_ratio, options));
+  return plan;
+}
+
+std::string TensorParallelPlan::summary() const {
+  const auto ratio = [](int64_t a, int64_t b) {
+    if (b <= 0) return std::string();
+    char text[64];
+    std::snprintf(text, sizeof(text), " (%.2fx the whole model's)", double(a) / double(b));
+    return std::string(text);
+  };
+  std::string s = str_cat("tensor parallelism over ", ranks, " ranks (by head), per rank in ",
+                          format_bytes(rank.budget_bytes), ":\n");
+  s += str_cat("  state per sequence: ", format_bytes(rank.bytes_per_slot), " (whole model ",
+               format_bytes(whole.bytes_per_slot), ")\n");
+  s += str_cat("  KV per token: ", format_bytes(rank.bytes_per_kv_token), " (whole model ",
+               format_bytes(whole.bytes_per_kv_token), ")\n");
+  s += str_cat("  requests at once: ", rank.max_running_requests,
+               ratio(rank.max_running_requests, whole.max_running_requests), "; ", rank.state_slots,
+               " state slots, ", rank.kv_pages, " KV pages of ", rank.page_size, " tokens\n");
+  s += str_cat("  one rank: ", rank.summary(), "\n");
+  s += str_cat("  whole model, one device: ", whole.summary(), "\n");
   return s;
 }
 

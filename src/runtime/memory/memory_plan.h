@@ -68,6 +68,23 @@ struct MemoryPlan {
 Result<MemoryPlan> plan_memory(const model::ModelConfig& config, int64_t budget_bytes,
                                double state_ratio = 0.9, const MemoryPlanOptions& options = {});
 
+/// Tensor parallelism by head over `ranks` devices (model/tensor_parallel.h): the plan of one rank
+/// (its config's shapes, shard_config, in the budget of its device) beside the whole model's plan
+/// in the same budget on one device. A rank's state slot is 1/N of the whole one (the linear
+/// layers' state is per head); its KV bytes per token are its KV heads' (MLA keeps the whole
+/// latent on every rank).
+struct TensorParallelPlan {
+  int ranks = 1;
+  MemoryPlan rank;   ///< one rank, budget_bytes of its device
+  MemoryPlan whole;  ///< the unsharded model in the same budget
+  /// Lines for `hyla inspect --tensor-parallel N`.
+  std::string summary() const;
+};
+/// Errors: as plan_memory (for either plan) and shard_config (a count N does not divide, named).
+Result<TensorParallelPlan> plan_tensor_parallel(const model::ModelConfig& config, int ranks,
+                                                int64_t budget_bytes, double state_ratio = 0.9,
+                                                const MemoryPlanOptions& options = {});
+
 /// A budget and state ratio for plan_memory (see size_memory).
 struct MemorySizing {
   int64_t budget_bytes = 0;
