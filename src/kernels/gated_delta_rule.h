@@ -77,8 +77,8 @@ Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream = {}
 /// Mean tokens per sequence from which the CPU chunk algorithm beats the recurrent one
 /// (measured by bench/gated_delta_rule.cpp, recorded in docs/perf.md).
 inline constexpr int64_t kCpuChunkMinTokens = 16;
-/// The same threshold for CUDA calls: a first guess, not measured yet (the CUDA chunk body is a
-/// correct-first version).
+/// The same threshold for CUDA calls: a first guess, not yet measured against the recurrent kernel
+/// (docs/perf.md "GPU chunk prefill").
 inline constexpr int64_t kCudaChunkMinTokens = 16;
 /// True when gated_delta_rule_extend would run the chunk algorithm for p.
 bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p);
