@@ -2,7 +2,7 @@
 """Chunk prefill side by side: hyla_bench_gated_delta_rule_chunk's JSON lines and bench_fla.py's JSON
 from the same device call, with issue 26's musts.
 
-    python3 tools/gpu/chunk_vs_fla.py HYLA.jsonl FLA.json
+    python3 tools/gpu/chunk_vs_fla.py HYLA.jsonl FLA.json [FLA.json ...]
 """
 import json
 import sys
@@ -14,7 +14,7 @@ MUSTS = {('gdn', 16, 32, 1, 65536): 1.40, ('gdn', 16, 32, 16, 65536): 1.30,
 
 def main():
     hyla = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-    fla = json.load(open(sys.argv[2])).get('results', [])
+    fla = [r for path in sys.argv[2:] for r in json.load(open(path)).get('results', [])]
     fla_ms = {}
     for r in fla:
         if not r.get('group', '').endswith('prefill') or 'ms' not in r or r.get('layout') != 'kv':
