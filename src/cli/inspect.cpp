@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -117,10 +118,12 @@ void print_group(const LayerGroup& g, const model::Checkpoint* ckpt, const NameM
 namespace {
 
 int inspect(const std::string& path, const InspectOptions& options) {
-  if (options.tensor_parallel < 1 || options.budget_mib < 1) {
+  constexpr int64_t kMaxBudgetMib = std::numeric_limits<int64_t>::max() >> 20;  // bytes fit
+  if (options.tensor_parallel < 1 || options.budget_mib < 1 || options.budget_mib > kMaxBudgetMib) {
     std::fprintf(stderr,
-                 "hyla inspect: --tensor-parallel %d, --budget-mib %lld: expected both >= 1\n",
-                 options.tensor_parallel, (long long)options.budget_mib);
+                 "hyla inspect: --tensor-parallel %d, --budget-mib %lld: expected both >= 1 "
+                 "(the budget at most %lld MiB)\n",
+                 options.tensor_parallel, (long long)options.budget_mib, (long long)kMaxBudgetMib);
     return 1;
   }
   Result<model::LoadedConfig> loaded = model::load_config(path);

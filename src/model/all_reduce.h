@@ -18,8 +18,6 @@ class AllReduce {
   /// the same on every rank (bit for bit: the ranks' replicated parts stay identical). Errors: a
   /// shape or device the communicator cannot take, a rank that failed or left.
   virtual Status sum(const TensorView& x) = 0;
-  virtual int rank() const = 0;
-  virtual int ranks() const = 0;
 };
 
 }  // namespace hyla::model

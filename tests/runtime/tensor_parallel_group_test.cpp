@@ -19,6 +19,7 @@
 #include "model/tensor_parallel.h"
 #include "model/tensor_parallel_testing.h"
 #include "runtime/memory/kv_page_pool.h"
+#include "runtime/memory/pool_views.h"
 #include "runtime/memory/state_pool.h"
 #include "runtime/tp/local_group.h"
 #include "testing.h"
@@ -66,14 +67,7 @@ struct Runner {
                           KvPagePool::create(c, 16, {.page_size = 16, .dtype = DType::kF32}));
     auto r =
         std::unique_ptr<Runner>(new Runner{&m, std::move(states), std::move(pages), {}, {}, {}});
-    r->memory.page_size = 16;
-    for (int layer = 0; layer < int(c.num_layers); ++layer) {
-      const int li = r->states.linear_index(layer), ai = r->pages.attention_index(layer);
-      r->memory.conv_state.push_back(li >= 0 ? r->states.conv_state(li) : TensorView());
-      r->memory.ssm_state.push_back(li >= 0 ? r->states.ssm_state(li) : TensorView());
-      r->memory.k_pages.push_back(ai >= 0 ? r->pages.k_cache(ai) : TensorView());
-      r->memory.v_pages.push_back(ai >= 0 ? r->pages.v_cache(ai) : TensorView());
-    }
+    r->memory = pool_views(c, &r->states, &r->pages, r->pages.page_size());
     for (int b = 0; b < 2; ++b) {  // the same ids on every runner: the allocators are ordered
       HYLA_ASSIGN_OR_RETURN(const int32_t slot, r->states.allocate());
       HYLA_RETURN_IF_ERROR(r->states.zero(slot));

@@ -48,9 +48,6 @@ class LocalGroup::Member final : public model::AllReduce {
     g.barrier_.arrive_and_wait();  // every rank has its copy: the next sum may reuse the buffers
     return ok_status();
   }
-  int rank() const override { return rank_; }
-  int ranks() const override { return group_->ranks(); }
-
   /// Leaves the barrier for good (the others then stop waiting for this rank).
   Status drop() {
     if (!dropped_) {
