@@ -171,9 +171,7 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
     const int64_t chunk_heads = l.max_chunks * s.HV;
     l.tc_t = take(chunk_heads * C * C / 2);
     l.tc_aqk = take(chunk_heads * C * C / 2);
-    l.tc_g = take(chunk_heads * C);
-    l.tc_qinv = take(l.max_chunks * s.H * C);
-    l.tc_kinv = take(l.max_chunks * s.H * C);
+    l.tc_vec = take(chunk_heads * 4 * C);
     const int64_t copies = s.bf16_copies ? 1 : 0;
     l.tc_q = take(copies * s.T * s.H * s.d_k / 2);
     l.tc_k = take(copies * s.T * s.H * s.d_k / 2);

@@ -125,15 +125,16 @@ struct ChunkWorkspaceLayout {
   int64_t aqk;    ///< [T, HV, 64] f32: row t of A_qk (columns = tokens of t's chunk)
   int64_t decay;  ///< [max_chunks, HV, d_k or 1] f32: exp(G_last) of each chunk
   // tensor-core body (chunk-major, padded to 64 tokens; zeros past a sequence's end)
-  int64_t tc_t;     ///< [max_chunks, HV, 64, 64] bf16: (I + A_kk)^-1 Diag(beta)
-  int64_t tc_aqk;   ///< [max_chunks, HV, 64, 64] bf16: A_qk, the decays inside
-  int64_t tc_g;     ///< [max_chunks, HV, 64] f32: G, the in-chunk cumulative log decay
-  int64_t tc_qinv;  ///< [max_chunks, H, 64] f32: scale / |q| (scale without l2norm)
-  int64_t tc_kinv;  ///< [max_chunks, H, 64] f32: 1 / |k| (1 without l2norm)
-  int64_t tc_q;     ///< bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k, tc_v)
-  int64_t tc_k;     ///< [T, H, d_k] bf16
-  int64_t tc_v;     ///< [T, HV, d_v] bf16
-  int64_t bytes;    ///< total size
+  int64_t tc_t;    ///< [max_chunks, HV, 64, 64] bf16: (I + A_kk)^-1 Diag(beta)
+  int64_t tc_aqk;  ///< [max_chunks, HV, 64, 64] bf16: A_qk, the decays inside
+  /// [max_chunks, HV, 4, 64] f32, per token t of the chunk (G: the in-chunk cumulative log decay,
+  /// n: the chunk's length; |q| and |k| mean 1 without l2norm; zeros past n but G):
+  /// exp(G_t) / |k_t|, scale exp(G_t) / |q_t|, exp(G_{n-1} - G_t) / |k_t|, G_t.
+  int64_t tc_vec;
+  int64_t tc_q;   ///< bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k, tc_v)
+  int64_t tc_k;   ///< [T, H, d_k] bf16
+  int64_t tc_v;   ///< [T, HV, d_v] bf16
+  int64_t bytes;  ///< total size
 };
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s);
 

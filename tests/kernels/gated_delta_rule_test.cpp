@@ -1307,9 +1307,7 @@ TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
         const int64_t copies = body.bf16_copies ? 1 : 0;
         regions.insert(regions.end(), {{l.tc_t, l.max_chunks * shape.HV * kc * kc / 2},
                                        {l.tc_aqk, l.max_chunks * shape.HV * kc * kc / 2},
-                                       {l.tc_g, l.max_chunks * shape.HV * kc},
-                                       {l.tc_qinv, l.max_chunks * shape.H * kc},
-                                       {l.tc_kinv, l.max_chunks * shape.H * kc},
+                                       {l.tc_vec, l.max_chunks * shape.HV * 4 * kc},
                                        {l.tc_q, copies * T * shape.H * d_k / 2},
                                        {l.tc_k, copies * T * shape.H * d_k / 2},
                                        {l.tc_v, copies * (T * shape.HV * shape.d_v + 1) / 2}});

@@ -20,7 +20,7 @@
 # chunktest: the chunk kernels' GPU tests alone. chunkprof: Nsight Compute on the tensor-core chunk
 # kernels (summary lines; chunk_ncu.txt and chunk_sass.csv under $OUT). chunk: hyla_bench_gated_delta_rule_chunk and fla's
 # chunk kernels (third_party_peer/fla with bench_fla.py beside it, carried) on issue 26's shapes,
-# side by side (tools/gpu/chunk_vs_fla.py).
+# side by side (tools/gpu/chunk_vs_fla.py); FLA_OPS="gdn" runs fla's GDN rows only.
 # Everything printed goes to $OUT/summary.txt; logs of failing steps are printed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -92,7 +92,7 @@ if want chunk; then  # chunk prefill at issue 26's shapes, then fla's chunk kern
   if [[ -d third_party_peer/fla ]]; then
     # Two runs, so that KDA's autotuning covers only its one row (one run of both did not finish
     # KDA inside 400 s): GDN at the three GDN rows, KDA at T 65536.
-    for op in gdn kda; do
+    for op in ${FLA_OPS:-gdn kda}; do
       echo "== fla $op"
       shapes=(--prefill-T 65536,4096 --varlen 16x4096)
       [[ $op == kda ]] && shapes=(--prefill-T 65536 --varlen "")

@@ -11,18 +11,22 @@
 //   O = Diag(exp(G)) Q S + A_qk Delta
 //   S = exp(G_n) S + (Diag(exp(G_n - G)) K)^T Delta
 // q and k enter the products raw (bf16); their l2norm and scale are per-row factors applied to the
-// products' rows and columns, as are the decays, so no normalised copy is written.
+// products' rows and columns, as are the decays, so no normalised copy is written: the per-token
+// factors kg = exp(G) / |k|, qg = scale exp(G) / |q| and kd = exp(G_n - G) / |k|.
 //
 // Three launches on the caller's stream; scratch in the caller's workspace (ChunkWorkspaceLayout
 // tc_*, chunk-major and padded to 64 tokens):
-//   plan     <<<1, 1>>>                  chunk numbering (gated_delta_rule_chunk_plan.cuh)
-//   prepare  <<<(max_chunks, H), 256>>>   one chunk of one key head and its value heads: the norms,
-//                                        K K^T and Q K^T on tensor cores, then per value head G,
-//                                        T (blockwise inverse of the 64x64 unit triangle) and A_qk;
-//                                        bf16 copies of q, k, v when the inputs are not bf16 rows
-//   state    <<<(B, HV, d_v / VT), 4 VT>>> the chunks of one sequence in order for VT value rows
-//                                        of one value head; the next chunk's operands stream in
-//                                        (cp.async) while this one computes
+//   plan     <<<1, 1>>>                    chunk numbering (gated_delta_rule_chunk_plan.cuh)
+//   prepare  <<<(HV, chunks), 128>>>       a chunk of one value head at a time (the value heads
+//                                          of a key head run side by side and share its rows in
+//                                          L2): the norms, K K^T and Q K^T on tensor cores, G, T
+//                                          (blockwise inverse of the 64x64 unit triangle), A_qk and
+//                                          the per-token factors kg, qg, kd; bf16 copies of q, k, v
+//                                          when the inputs are not bf16 rows
+//   state    <<<(B, HV, d_v / VT), 8 VT>>> the chunks of one sequence in order for VT value rows
+//                                          of one value head, four warps per 16 rows; the next
+//                                          chunk's operands stream in (cp.async) while this one
+//                                          computes
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -44,7 +48,8 @@ constexpr int kD = 128;              // d_k
 constexpr int kLdQK = kD + 8;        // bf16 row pitch of q / k tiles (272 B: ldmatrix rows hit
                                      // distinct banks)
 constexpr int kLdCC = kC + 8;        // bf16 row pitch of 64x64 tiles (144 B)
-constexpr int kLdF = kC + 1;         // f32 row pitch of 64x64 tiles
+constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fragments hit distinct
+                                     // banks)
 
 struct MmaArgs {
   const void* q;  // [T, H, 128]
@@ -76,11 +81,9 @@ struct MmaArgs {
   int32_t* chunk_first;
   int32_t* chunk_seq;
   int32_t* boundary_first;
-  bf16* tmat;   // [max_chunks, HV, 64, 64]
-  bf16* aqk;    // [max_chunks, HV, 64, 64]
-  float* gcum;  // [max_chunks, HV, 64]
-  float* qinv;  // [max_chunks, H, 64]
-  float* kinv;  // [max_chunks, H, 64]
+  bf16* tmat;  // [max_chunks, HV, 64, 64]
+  bf16* aqk;   // [max_chunks, HV, 64, 64]
+  float* vec;  // [max_chunks, HV, 4, 64]: kg, qg, kd, G (ChunkWorkspaceLayout::tc_vec)
   // The bf16 rows the state kernel reads: the inputs, or the copies the prepare kernel writes.
   const bf16* q16;
   const bf16* k16;
@@ -140,213 +143,347 @@ __device__ __forceinline__ int bn_col(int lane) { return ((lane >> 3) & 1) * 8; 
 __device__ __forceinline__ int bt_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
 __device__ __forceinline__ int bt_col(int lane) { return (lane >> 4) * 8; }
 
-__device__ __forceinline__ void load4(const void* base, bool is_bf16, int64_t i, float (&x)[4]) {
-  if (is_bf16 && (reinterpret_cast<uintptr_t>(static_cast<const bf16*>(base) + i) & 7) != 0) {
-    const bf16* h = static_cast<const bf16*>(base) + i;  // a row that starts off 8 bytes
-    x[0] = __bfloat162float(h[0]), x[1] = __bfloat162float(h[1]), x[2] = __bfloat162float(h[2]),
-    x[3] = __bfloat162float(h[3]);
-  } else if (is_bf16) {
-    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const bf16*>(base) + i);
-    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&u.x);
-    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&u.y);
-    x[0] = __low2float(lo), x[1] = __high2float(lo), x[2] = __low2float(hi),
-    x[3] = __high2float(hi);
+/// 8 consecutive elements of a row (f32 or bf16, 16-byte loads when aligned) as floats.
+__device__ __forceinline__ void load8(const void* base, bool is_bf16, int64_t i, float (&x)[8]) {
+  if (is_bf16) {
+    const bf16* h = static_cast<const bf16*>(base) + i;
+    if ((reinterpret_cast<uintptr_t>(h) & 15) == 0) {
+      const uint4 u = *reinterpret_cast<const uint4*>(h);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&w[j]);
+        x[2 * j] = __low2float(pair), x[2 * j + 1] = __high2float(pair);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(h[j]);
+    }
   } else {
     const float* f = static_cast<const float*>(base) + i;
-    x[0] = f[0], x[1] = f[1], x[2] = f[2], x[3] = f[3];
+    if ((reinterpret_cast<uintptr_t>(f) & 15) == 0) {
+      const float4 lo = *reinterpret_cast<const float4*>(f);
+      const float4 hi = *reinterpret_cast<const float4*>(f + 4);
+      x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+      x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = f[j];
+    }
   }
 }
-__device__ __forceinline__ void store4_bf16(bf16* dst, const float (&x)[4]) {
-  uint2 u;
-  u.x = pack_bf16(x[0], x[1]);
-  u.y = pack_bf16(x[2], x[3]);
-  *reinterpret_cast<uint2*>(dst) = u;
+__device__ __forceinline__ uint4 pack8_bf16(const float (&x)[8]) {
+  return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
+                    pack_bf16(x[6], x[7]));
 }
 
-// ---- prepare: one chunk of one key head ----
+// acc[2 NP] (16 rows x 16 NP columns) += A B^T for one 16-deep step: A the fragment af, B stored
+// [n][k] row-major from b (its row n0, column k0) with pitch ldb.
+template <int NP>
+__device__ __forceinline__ void mma_bn(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
+                                       const bf16* b, int ldb, int lane) {
+#pragma unroll
+  for (int np = 0; np < NP; ++np) {
+    uint32_t bfr[4];
+    ldsm_x4(bfr, b + (np * 16 + bn_row(lane)) * ldb + bn_col(lane));
+    mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
+    mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
+  }
+}
+// The same with B stored [k][n] row-major (b at its row k0, column n0).
+template <int NP>
+__device__ __forceinline__ void mma_bt(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
+                                       const bf16* b, int ldb, int lane) {
+#pragma unroll
+  for (int np = 0; np < NP; ++np) {
+    uint32_t bfr[4];
+    ldsm_x4_trans(bfr, b + bt_row(lane) * ldb + np * 16 + bt_col(lane));
+    mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
+    mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
+  }
+}
+/// The A fragment of the 16 x 16 block of a row-major tile at a (its row m0, column k0).
+__device__ __forceinline__ void load_a(uint32_t (&af)[4], const bf16* a, int lda, int lane) {
+  ldsm_x4(af, a + a_row(lane) * lda + a_col(lane));
+}
+
+/// c += a b, m16n8k8, tf32 operands, f32 accumulators.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+/// acc (16 x 8) += X Y over 8 K8 columns of X: f32 row-major tiles, X at its (row, column)
+/// start with pitch ldx, Y [k][n] at its start with pitch ldy; tf32 products.
+template <int K8>
+__device__ __forceinline__ void mma_tf32_tiles(float (&acc)[4], const float* x, int ldx,
+                                               const float* y, int ldy, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < K8; ++kk) {
+    const float* xk = x + kk * 8;
+    const float* yk = y + kk * 8 * ldy;
+    const uint32_t a[4] = {to_tf32(xk[g * ldx + c]), to_tf32(xk[(g + 8) * ldx + c]),
+                           to_tf32(xk[g * ldx + c + 4]), to_tf32(xk[(g + 8) * ldx + c + 4])};
+    mma_tf32(acc, a, to_tf32(yk[c * ldy + g]), to_tf32(yk[(c + 4) * ldy + g]));
+  }
+}
+/// The 16 x 8 accumulator tile times f, to the f32 row-major tile at dst.
+__device__ __forceinline__ void store_tile_f32(float* dst, int ld, const float (&acc)[4], float f,
+                                               int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  dst[g * ld + 2 * c] = f * acc[0], dst[g * ld + 2 * c + 1] = f * acc[1];
+  dst[(g + 8) * ld + 2 * c] = f * acc[2], dst[(g + 8) * ld + 2 * c + 1] = f * acc[3];
+}
+
+// ---- prepare: one chunk of one value head ----
 struct PrepareSmem {
-  bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); later A_kk and T (f32) alias them
+  bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); A_kk and T (f32) alias q and k
   bf16 k[kC * kLdQK];
-  float kk[kC * kLdF];  // <k_t, k_j> / (|k_t| |k_j|)
-  float qk[kC * kLdF];  // scale <q_t, k_j> / (|q_t| |k_j|)
-  float level[3 * 16 * 17];
+  float m[32 * 40];  // the inverse's block products (pitch 40: B fragments hit distinct banks)
   float qinv[kC], kinv[kC], G[kC], beta[kC];
 };
 static_assert(2 * kC * kLdF * sizeof(float) <= 2 * kC * kLdQK * sizeof(bf16));
 
-__global__ void __launch_bounds__(256) mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
-  const int chunk = blockIdx.x, kh = blockIdx.y;
+__device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem& s, int hv, int chunk) {
+  const int kh = hv / a.group;
   const int b = a.chunk_seq[chunk];
   if (b < 0) return;
   int begin, end;
   chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
   const int t0 = begin + (chunk - a.chunk_first[b]) * kC;
   const int n = min(kC, end - t0);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  PrepareSmem& s = *reinterpret_cast<PrepareSmem*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   float* A = reinterpret_cast<float*>(s.q);  // [64][kLdF] A_kk, strictly lower
   float* Tm = A + kC * kLdF;                 // [64][kLdF] (I + A_kk)^-1
+  const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
 
-  // q and k rows, one warp per row, 4 channels a lane; the norms from the unrounded values.
-  for (int r = warp; r < 2 * kC; r += 8) {
-    const bool is_q = r < kC;
-    const int t = is_q ? r : r - kC;
-    float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (t < n) {
-      const int64_t at = is_q ? int64_t(t0 + t) * a.q_st + int64_t(kh) * a.q_sh
-                              : int64_t(t0 + t) * a.k_st + int64_t(kh) * a.k_sh;
-      load4(is_q ? a.q : a.k, is_q ? a.q_bf16 : a.k_bf16, at + lane * 4, x);
-    }
-    const float ss = warp_sum(x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3]);
-    store4_bf16((is_q ? s.q : s.k) + t * kLdQK + lane * 4, x);
-    if (a.copies && t < n) {
-      bf16* copy = const_cast<bf16*>(is_q ? a.q16 : a.k16);
-      store4_bf16(copy + int64_t(t0 + t) * a.q16_st + int64_t(kh) * a.q16_sh + lane * 4, x);
-    }
-    if (lane == 0) {
-      float inv = 0.0f;
-      if (t < n) {
-        if (is_q)
-          inv = a.l2norm ? a.scale / sqrtf(ss + kL2NormEps) : a.scale;
-        else
-          inv = a.l2norm ? 1.0f / sqrtf(ss + kL2NormEps) : 1.0f;
+  // Gates and betas (raw; warp 0 scans them below), then q and k: a row is 16 pieces of 8
+  // channels, one per lane of a half warp, so the norms reduce within the half warp. All of a
+  // tile's loads are issued before any is used.
+  if (tid < kC) {
+    s.G[tid] = tid < n ? a.g[int64_t(t0 + tid) * a.g_st + int64_t(hv) * a.g_sh] : 0.0f;
+  } else {
+    const int t = tid - kC;
+    s.beta[t] = t < n ? a.beta[int64_t(t0 + t) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
+  }
+  const bool writes_copies = a.copies && hv % a.group == 0;
+  const int piece = tid & 15, r0 = tid >> 4;
+#pragma unroll
+  for (int which = 0; which < 2; ++which) {
+    const bool is_q = which == 0;
+    const void* src = is_q ? a.q : a.k;
+    const bool src_bf16 = is_q ? a.q_bf16 : a.k_bf16;
+    const int64_t row_stride = is_q ? a.q_st : a.k_st;
+    const int64_t at = int64_t(kh) * (is_q ? a.q_sh : a.k_sh) + piece * 8;
+    float x[8][8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int r = r0 + 8 * j;
+      if (r < n) {
+        load8(src, src_bf16, int64_t(t0 + r) * row_stride + at, x[j]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[j][e] = 0.0f;
       }
-      (is_q ? s.qinv : s.kinv)[t] = inv;
-      (is_q ? a.qinv : a.kinv)[(int64_t(chunk) * a.H + kh) * kC + t] = inv;
+    }
+    bf16* tile = is_q ? s.q : s.k;
+    bf16* copy = const_cast<bf16*>(is_q ? a.q16 : a.k16);
+    const int64_t copy_st = is_q ? a.q16_st : a.k16_st;
+    const int64_t copy_at = int64_t(kh) * (is_q ? a.q16_sh : a.k16_sh) + piece * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int r = r0 + 8 * j;
+      float ss = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += x[j][e] * x[j][e];
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const uint4 packed = pack8_bf16(x[j]);
+      *reinterpret_cast<uint4*>(tile + r * kLdQK + piece * 8) = packed;
+      if (writes_copies && r < n)
+        *reinterpret_cast<uint4*>(copy + int64_t(t0 + r) * copy_st + copy_at) = packed;
+      if (piece == 0) {
+        float inv = 0.0f;
+        if (r < n) {
+          if (is_q)
+            inv = a.l2norm ? a.scale / sqrtf(ss + kL2NormEps) : a.scale;
+          else
+            inv = a.l2norm ? 1.0f / sqrtf(ss + kL2NormEps) : 1.0f;
+        }
+        (is_q ? s.qinv : s.kinv)[r] = inv;
+      }
     }
   }
-  if (a.copies) {  // v rows of this key head's value heads
+  if (a.copies) {  // this value head's v rows
     bf16* v16 = const_cast<bf16*>(a.v16);
-    const int per_row = a.d_v / 4;
-    for (int i = threadIdx.x; i < n * a.group * per_row; i += blockDim.x) {
-      const int c = i % per_row, rest = i / per_row;
-      const int hv = kh * a.group + rest % a.group, t = rest / a.group;
-      float x[4];
-      load4(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + c * 4, x);
-      store4_bf16(v16 + int64_t(t0 + t) * a.v16_st + int64_t(hv) * a.v16_sh + c * 4, x);
+    const int per_row = a.d_v / 8;
+    for (int i = tid; i < n * per_row; i += blockDim.x) {
+      const int t = i / per_row, col = (i % per_row) * 8;
+      float x[8];
+      load8(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + col, x);
+      *reinterpret_cast<uint4*>(v16 + int64_t(t0 + t) * a.v16_st + int64_t(hv) * a.v16_sh + col) =
+          pack8_bf16(x);
     }
   }
   __syncthreads();
 
-  // K K^T (warps 0-3) and Q K^T (warps 4-7): 16 rows a warp, all 64 columns, over 128 channels.
-  {
-    const bool is_q = warp >= 4;
-    const int m0 = (warp & 3) * 16;
-    const bf16* rows = is_q ? s.q : s.k;
-    float acc[8][4] = {};
+  if (warp == 0) {  // G: inclusive scan, two tokens a lane; the per-token factors out
+    const int t = 2 * lane;
+    const float g0 = s.G[t], g1 = s.G[t + 1];
+    float sum = g0 + g1;
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t af[4];
-      ldsm_x4(af, rows + (m0 + a_row(lane)) * kLdQK + ks * 16 + a_col(lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bfr[4];
-        ldsm_x4(bfr, s.k + (np * 16 + bn_row(lane)) * kLdQK + ks * 16 + bn_col(lane));
-        mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
-        mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
-      }
+    for (int o = 1; o < 32; o <<= 1) {
+      const float up = __shfl_up_sync(0xffffffffu, sum, o);
+      if (lane >= o) sum += up;
     }
-    float* dst = is_q ? s.qk : s.kk;
-    const float* row_inv = is_q ? s.qinv : s.kinv;
-    const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = m0 + g + (e >> 1) * 8, col = nt * 8 + 2 * c + (e & 1);
-        dst[row * kLdF + col] = acc[nt][e] * row_inv[row] * s.kinv[col];
-      }
+    const float G0 = sum - g1, G1 = sum;
+    const int last = max(n - 1, 0);
+    const float L0 = __shfl_sync(0xffffffffu, G0, last >> 1);
+    const float L1 = __shfl_sync(0xffffffffu, G1, last >> 1);
+    const float Gn = (last & 1) ? L1 : L0;
+    s.G[t] = G0, s.G[t + 1] = G1;
+    float* vec = a.vec + chunk_head * 4 * kC;
+    const float e0 = __expf(G0), e1 = __expf(G1);
+    *reinterpret_cast<float2*>(vec + t) = make_float2(s.kinv[t] * e0, s.kinv[t + 1] * e1);
+    *reinterpret_cast<float2*>(vec + kC + t) = make_float2(s.qinv[t] * e0, s.qinv[t + 1] * e1);
+    *reinterpret_cast<float2*>(vec + 2 * kC + t) =
+        make_float2(s.kinv[t] * __expf(Gn - G0), s.kinv[t + 1] * __expf(Gn - G1));
+    *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
   }
-  __syncthreads();  // q, k tiles dead from here: A and T alias them
 
-  for (int i = 0; i < a.group; ++i) {
-    const int hv = kh * a.group + i;
-    const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
-    if (warp == 0) {  // G: inclusive scan of the gates, two tokens a lane; beta
-      const int t = 2 * lane;
-      const float g0 = t < n ? a.g[int64_t(t0 + t) * a.g_st + int64_t(hv) * a.g_sh] : 0.0f;
-      const float g1 = t + 1 < n ? a.g[int64_t(t0 + t + 1) * a.g_st + int64_t(hv) * a.g_sh] : 0.0f;
-      float sum = g0 + g1;
+  // K K^T and Q K^T: a warp's 16 rows, all 64 columns, over 128 channels.
+  const int m0 = warp * 16, g = lane >> 2, c = lane & 3;
+  float kk[8][4] = {}, qk[8][4] = {};
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float up = __shfl_up_sync(0xffffffffu, sum, o);
-        if (lane >= o) sum += up;
-      }
-      const float before = sum - (g0 + g1);
-      s.G[t] = before + g0;
-      s.G[t + 1] = before + g0 + g1;
-      a.gcum[chunk_head * kC + t] = before + g0;
-      a.gcum[chunk_head * kC + t + 1] = before + g0 + g1;
-      s.beta[t] = t < n ? a.beta[int64_t(t0 + t) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
-      s.beta[t + 1] =
-          t + 1 < n ? a.beta[int64_t(t0 + t + 1) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
-    }
-    __syncthreads();
-    // A_kk (strictly lower), T zeroed, A_qk (lower with the diagonal) out as bf16.
-    bf16* aqk_out = a.aqk + chunk_head * kC * kC;
-    for (int e = threadIdx.x; e < kC * kC / 2; e += blockDim.x) {
-      const int t = (2 * e) / kC, j = (2 * e) % kC;
-      float q2[2];
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    uint32_t ak[4], aq[4];
+    load_a(ak, s.k + m0 * kLdQK + ks * 16, kLdQK, lane);
+    load_a(aq, s.q + m0 * kLdQK + ks * 16, kLdQK, lane);
 #pragma unroll
-      for (int d = 0; d < 2; ++d) {
-        const int jj = j + d;
-        const float decay = jj <= t ? __expf(s.G[t] - s.G[jj]) : 0.0f;
-        A[t * kLdF + jj] = jj < t ? s.beta[t] * decay * s.kk[t * kLdF + jj] : 0.0f;
-        Tm[t * kLdF + jj] = 0.0f;
-        q2[d] = decay * s.qk[t * kLdF + jj];
-      }
-      reinterpret_cast<uint32_t*>(aqk_out)[e] = pack_bf16(q2[0], q2[1]);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bfr[4];
+      ldsm_x4(bfr, s.k + (np * 16 + bn_row(lane)) * kLdQK + ks * 16 + bn_col(lane));
+      mma_bf16(kk[2 * np], ak, bfr[0], bfr[1]);
+      mma_bf16(kk[2 * np + 1], ak, bfr[2], bfr[3]);
+      mma_bf16(qk[2 * np], aq, bfr[0], bfr[1]);
+      mma_bf16(qk[2 * np + 1], aq, bfr[2], bfr[3]);
     }
-    __syncthreads();
-    // (I + A)^-1: the four 16x16 diagonal blocks by forward substitution (a warp each, a lane a
-    // column), then the blocks below by distance d: T_ij = -T_ii sum_{m=j}^{i-1} A_im T_mj.
-    if (warp < 4 && lane < 16) {
-      const int o = warp * 16;
-      float x[16];
+  }
+  __syncthreads();  // G is scanned; the q and k tiles are dead (A and T alias them)
+
+  // A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared memory;
+  // A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16.
+  bf16* aqk_out = a.aqk + chunk_head * kC * kC;
 #pragma unroll
-      for (int r = 0; r < 16; ++r) {
-        float sum = r == lane ? 1.0f : 0.0f;
+  for (int h = 0; h < 2; ++h) {
+    const int t = m0 + g + 8 * h;
+    const float Gt = s.G[t], bk = s.beta[t] * s.kinv[t], qt = s.qinv[t];
 #pragma unroll
-        for (int m = 0; m < r; ++m) sum -= A[(o + r) * kLdF + o + m] * x[m];
-        x[r] = sum;
-        Tm[(o + r) * kLdF + o + lane] = sum;
+    for (int nt = 0; nt < 8; ++nt) {
+      const int j = nt * 8 + 2 * c;
+      float pair[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float decay = j + e <= t ? __expf(Gt - s.G[j + e]) * s.kinv[j + e] : 0.0f;
+        A[t * kLdF + j + e] = j + e < t ? bk * decay * kk[nt][2 * h + e] : 0.0f;
+        pair[e] = qt * decay * qk[nt][2 * h + e];
       }
+      *reinterpret_cast<uint32_t*>(aqk_out + t * kC + j) = pack_bf16(pair[0], pair[1]);
     }
-    __syncthreads();
-    for (int d = 1; d < 4; ++d) {
-      const int blocks = 4 - d;
-      for (int e = threadIdx.x; e < blocks * 256; e += blockDim.x) {
-        const int jb = e >> 8, r = (e >> 4) & 15, c = e & 15, ib = jb + d;
-        float sum = 0.0f;
-        for (int m = jb * 16; m < ib * 16; ++m)
-          sum += A[(ib * 16 + r) * kLdF + m] * Tm[m * kLdF + jb * 16 + c];
-        s.level[(jb * 16 + r) * 17 + c] = sum;
-      }
-      __syncthreads();
-      for (int e = threadIdx.x; e < blocks * 256; e += blockDim.x) {
-        const int jb = e >> 8, r = (e >> 4) & 15, c = e & 15, ib = jb + d;
-        float sum = 0.0f;
-        for (int m = 0; m <= r; ++m)
-          sum += Tm[(ib * 16 + r) * kLdF + ib * 16 + m] * s.level[(jb * 16 + m) * 17 + c];
-        Tm[(ib * 16 + r) * kLdF + jb * 16 + c] = -sum;
-      }
-      __syncthreads();
+  }
+  __syncthreads();
+
+  // (I + A)^-1 by blocks: the four 16x16 diagonal blocks by forward substitution (a warp each, a
+  // lane a column), in fp32; then T_10 = -T_11 A_10 T_00 for the 16-blocks (1, 0) and (3, 2), then
+  // for the 32-block (1, 0), on tensor cores in tf32 (T is rounded to bf16 after). The blocks
+  // above the diagonal that the products read are zeros.
+  for (int e = tid; e < 2 * 256; e += 128) {
+    const int o = (e >> 8) * 32, r = (e >> 4) & 15, col = e & 15;
+    Tm[(o + r) * kLdF + o + 16 + col] = 0.0f;
+  }
+  if (lane < 16) {
+    const int o = warp * 16;
+    float x[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float sum = r == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int m = 0; m < r; ++m) sum -= A[(o + r) * kLdF + o + m] * x[m];
+      x[r] = sum;
+      Tm[(o + r) * kLdF + o + lane] = sum;
     }
-    // T Diag(beta) out as bf16.
-    bf16* t_out = a.tmat + chunk_head * kC * kC;
-    for (int e = threadIdx.x; e < kC * kC / 2; e += blockDim.x) {
-      const int t = (2 * e) / kC, j = (2 * e) % kC;
-      reinterpret_cast<uint32_t*>(t_out)[e] =
-          pack_bf16(Tm[t * kLdF + j] * s.beta[j], Tm[t * kLdF + j + 1] * s.beta[j + 1]);
-    }
-    __syncthreads();  // the next value head rewrites G, beta, A and T
+  }
+  __syncthreads();
+  {  // 16-blocks: warp w takes the pair (i, j) = (2p + 1, 2p), p = w / 2, columns 8 (w % 2) ..
+    const int i0 = 32 * (warp >> 1) + 16, j0 = i0 - 16, n0 = j0 + 8 * (warp & 1);
+    float* m = s.m + warp * 16 * 8;  // this warp's 16 x 8 M = A_10 T_00
+    float acc[4] = {};
+    mma_tf32_tiles<2>(acc, A + i0 * kLdF + j0, kLdF, Tm + j0 * kLdF + n0, kLdF, lane);
+    store_tile_f32(m, 8, acc, 1.0f, lane);
+    __syncwarp();
+    float out[4] = {};
+    mma_tf32_tiles<2>(out, Tm + i0 * kLdF + i0, kLdF, m, 8, lane);
+    store_tile_f32(Tm + i0 * kLdF + n0, kLdF, out, -1.0f, lane);
+  }
+  __syncthreads();
+  // The 32-block: warp w takes rows 32 + 16 (w / 2) .., columns 16 (w % 2) .. (two 8-column tiles).
+  const int r2 = 32 + 16 * (warp >> 1), c2 = 16 * (warp & 1);
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    float acc[4] = {};
+    mma_tf32_tiles<4>(acc, A + r2 * kLdF, kLdF, Tm + c2 + 8 * nt, kLdF, lane);
+    store_tile_f32(s.m + (r2 - 32) * 40 + c2 + 8 * nt, 40, acc, 1.0f, lane);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    float out[4] = {};
+    mma_tf32_tiles<4>(out, Tm + r2 * kLdF + 32, kLdF, s.m + c2 + 8 * nt, 40, lane);
+    store_tile_f32(Tm + r2 * kLdF + c2 + 8 * nt, kLdF, out, -1.0f, lane);
+  }
+  __syncthreads();
+
+  // T Diag(beta) out as bf16, 8 columns a store; the blocks above the diagonal are zeros.
+  bf16* t_out = a.tmat + chunk_head * kC * kC;
+  for (int e = tid; e < kC * kC / 8; e += 128) {
+    const int t = e >> 3, j = (e & 7) * 8;
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      x[i] = j / 16 <= t / 16 ? Tm[t * kLdF + j + i] * s.beta[j + i] : 0.0f;
+    *reinterpret_cast<uint4*>(t_out + t * kC + j) = pack8_bf16(x);
+  }
+}
+
+/// Chunks blockIdx.y, + gridDim.y, ... (the grid's y extent is capped at 65535) of value head
+/// blockIdx.x.
+__global__ void __launch_bounds__(128, 5) mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  PrepareSmem& s = *reinterpret_cast<PrepareSmem*>(smem_raw);
+  for (int chunk = blockIdx.y; chunk < a.max_chunks; chunk += gridDim.y) {
+    prepare_chunk(a, s, blockIdx.x, chunk);
+    __syncthreads();  // the next chunk rewrites the shared tiles
   }
 }
 
 // ---- state: the chunks of one sequence in order, VT value rows of one value head ----
-// Warps: VT / 16 row blocks x 2 halves. Half 0 computes K S (then Delta), half 1 Q S (then O);
-// both update their half of the state's keys.
+// Warp w works on the value rows 16 (w % R) .. + 15 (R = VT / 16 row blocks) in role w / R:
+//   roles 0 and 1: X = S^T K^T, P^T = V^T - X Diag(kg) and Delta^T = P^T T^T over tokens
+//                  0-31 / 32-63 (role 1 also needs role 0's P^T: handed over in shared memory
+//                  under a named barrier of the pair);
+//   roles 2 and 3: X = S^T Q^T and O^T = X Diag(qg) + Delta^T A_qk^T over tokens 0-31 / 32-63;
+//   every role:    S^T = exp(G_n) S^T + Delta^T Diag(kd) K over keys 32 role .. + 31, the part of
+//                  the state the warp keeps in registers.
+// Two block barriers a chunk: the stage and S^T are in; Delta^T is in.
 template <int VT>
 struct StateStage {
   bf16 k[kC * kLdQK];
@@ -354,16 +491,18 @@ struct StateStage {
   bf16 v[kC * (VT + 8)];
   bf16 t[kC * kLdCC];
   bf16 aqk[kC * kLdCC];
-  float G[kC], qinv[kC], kinv[kC];
+  float vec[4 * kC];  // kg, qg, kd, G (ChunkWorkspaceLayout::tc_vec)
 };
 template <int VT>
 struct StateSmem {
   StateStage<VT> stage[2];
-  bf16 st[VT * kLdQK];      // S^T as bf16, the A operand of the next chunk's products
+  bf16 st[VT * kLdQK];      // S^T as bf16, the A operand of the products with K and Q
+  bf16 p[VT * 40];          // P^T of tokens 0-31
   bf16 delta[VT * kLdCC];   // Delta^T
-  bf16 deltad[VT * kLdCC];  // Delta^T Diag(kinv exp(G_n - G))
+  bf16 deltad[VT * kLdCC];  // Delta^T Diag(kd)
   float o[kC * (VT + 4)];
 };
+constexpr int kPitchP = 40;
 
 /// Where one thread's cp.async pieces of a stage come from: fixed per block, offset per chunk.
 struct StageSources {
@@ -375,7 +514,7 @@ struct StageSources {
 template <int VT>
 __device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage<VT>& st, int chunk,
                            int t0, int n, int hv) {
-  constexpr int kThreads = VT * 4, kRowsPerPass = kThreads / 16;
+  constexpr int kThreads = VT * 8, kRowsPerPass = kThreads / 16;
   const int tid = threadIdx.x, piece = tid & 15, r0 = tid >> 4;
   const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
   // q and k: 16 pieces of 8 channels a row; rows past the sequence are zeros.
@@ -392,10 +531,9 @@ __device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage
       q += kRowsPerPass * a.q16_st;
     }
   }
-  constexpr int kVPieces = VT / 8;  // 4 or 8 pieces a row
-  {
+  {  // v: VT / 8 pieces a row
+    constexpr int kVPieces = VT / 8, kVRowsPerPass = kThreads / kVPieces;
     const int vp = tid % kVPieces, vr0 = tid / kVPieces;
-    constexpr int kVRowsPerPass = kThreads / kVPieces;
     const bf16* v = src.v + int64_t(t0 + vr0) * a.v16_st + vp * 8;
 #pragma unroll
     for (int j = 0; j < kC / kVRowsPerPass; ++j) {
@@ -417,15 +555,7 @@ __device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage
       cp_async16(st.aqk + r * kLdCC + p8 * 8, aq + r * kC + p8 * 8, true);
     }
   }
-  if (tid < 48) {
-    const int which = tid / 16, p16 = tid % 16;
-    const int kh = hv / a.group;
-    const float* from = which == 0   ? a.gcum + chunk_head * kC
-                        : which == 1 ? a.qinv + (int64_t(chunk) * a.H + kh) * kC
-                                     : a.kinv + (int64_t(chunk) * a.H + kh) * kC;
-    float* to = which == 0 ? st.G : which == 1 ? st.qinv : st.kinv;
-    cp_async16(to + p16 * 4, from + p16 * 4, true);
-  }
+  if (tid < kC) cp_async16(st.vec + tid * 4, a.vec + chunk_head * 4 * kC + tid * 4, true);
 }
 
 /// o rows t0 .. t0 + n of value head hv, columns v0 .. v0 + VT, from the f32 tile [64][VT + 4]:
@@ -433,7 +563,7 @@ __device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage
 template <int VT>
 __device__ __forceinline__ void store_o(const MmaArgs& a, const float* tile, int t0, int n, int hv,
                                         int v0) {
-  constexpr int kThreads = VT * 4;
+  constexpr int kThreads = VT * 8;
   if (a.o_vec && a.o_bf16) {  // 8 values a store
     constexpr int kPer = VT / 8;
     for (int i = threadIdx.x; i < n * kPer; i += kThreads) {
@@ -467,24 +597,34 @@ __device__ __forceinline__ void store_o(const MmaArgs& a, const float* tile, int
   }
 }
 
+/// Named barrier `id` of `threads` threads: arrive (no wait) / wait for the others.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 template <int VT>
-__global__ void __launch_bounds__(VT * 4) mma_state_kernel(const __grid_constant__ MmaArgs a) {
+__global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant__ MmaArgs a) {
   constexpr int kRowBlocks = VT / 16;
   const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rb = warp % kRowBlocks, half = warp / kRowBlocks;
+  const int rb = warp % kRowBlocks, role = warp / kRowBlocks;
+  const int half = role & 1, tok0 = half * 32;  // this warp's tokens in X, Delta and O
+  const bool o_warp = role >= 2;
   const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   StateSmem<VT>& s = *reinterpret_cast<StateSmem<VT>*>(smem_raw);
 
-  // This warp's part of S^T: rows v0 + 16 rb + {g, g + 8}, keys 64 half + 8 nt + 2c + {0, 1}.
+  // This warp's part of S^T: rows 16 rb + {g, g + 8}, keys 32 role + 8 nt + 2c + {0, 1}.
   const int row0 = rb * 16 + g;
-  const int key0 = half * 64 + 2 * c;
+  const int key0 = role * 32 + 2 * c;
   const int64_t state_floats = int64_t(a.d_v) * kD;
-  float S[8][4];
+  float S[4][4];
   const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = row0 + (e >> 1) * 8, key = key0 + nt * 8 + (e & 1);
@@ -495,7 +635,7 @@ __global__ void __launch_bounds__(VT * 4) mma_state_kernel(const __grid_constant
     }
   const auto store_st = [&] {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         *reinterpret_cast<uint32_t*>(s.st + (row0 + h * 8) * kLdQK + key0 + nt * 8) =
@@ -516,131 +656,139 @@ __global__ void __launch_bounds__(VT * 4) mma_state_kernel(const __grid_constant
     load_stage<VT>(a, src, s.stage[0], first, begin, min(kC, end - begin), hv);
     cp_async_commit();
   }
+  int prev_t0 = 0, prev_n = 0;
   for (int chunk = first; chunk < last; ++chunk) {
     const int t0 = chunk_t0(chunk), n = min(kC, end - t0);
     StateStage<VT>& st = s.stage[(chunk - first) & 1];
-    if (chunk + 1 < last) {
+    cp_async_wait<0>();
+    __syncthreads();         // the stage and S^T are in; the last chunk's o tile is complete
+    if (chunk + 1 < last) {  // into the other stage, whose readers all passed the barrier
       const int t1 = chunk_t0(chunk + 1);
       load_stage<VT>(a, src, s.stage[(chunk + 1 - first) & 1], chunk + 1, t1, min(kC, end - t1),
                      hv);
       cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();  // the stage has landed; S^T (st) is written; o is free
+    if (chunk > first) store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
+    prev_t0 = t0, prev_n = n;
+    const float* kg = st.vec;
+    const float* qg = st.vec + kC;
+    const float* kd = st.vec + 2 * kC;
+    const float Gn = st.vec[3 * kC + n - 1];
 
-    // X = S^T K^T (half 0) or S^T Q^T (half 1): 16 value rows x 64 tokens over 128 keys.
-    const bf16* rows_kq = half == 0 ? st.k : st.q;
-    float X[8][4] = {};
+    // X = S^T K^T (roles 0, 1) or S^T Q^T (roles 2, 3): 16 value rows x 32 tokens, 128 keys.
+    float X[4][4] = {};
+    {
+      const bf16* kq = (o_warp ? st.q : st.k) + tok0 * kLdQK;
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-      uint32_t af[4];
-      ldsm_x4(af, s.st + (rb * 16 + a_row(lane)) * kLdQK + ks * 16 + a_col(lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bfr[4];
-        ldsm_x4(bfr, rows_kq + (np * 16 + bn_row(lane)) * kLdQK + ks * 16 + bn_col(lane));
-        mma_bf16(X[2 * np], af, bfr[0], bfr[1]);
-        mma_bf16(X[2 * np + 1], af, bfr[2], bfr[3]);
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t af[4];
+        load_a(af, s.st + rb * 16 * kLdQK + ks * 16, kLdQK, lane);
+        mma_bn<2>(X, af, kq + ks * 16, kLdQK, lane);
       }
     }
-    const float Gn = st.G[n - 1];
-    if (half == 0) {
-      // P^T = V^T - X Diag(kinv exp(G)); Delta^T = P^T T^T (beta is inside T).
-      uint32_t pa[4][4];
+    if (!o_warp) {
+      // P^T = V^T - X Diag(kg), V^T's fragments by transposed ldmatrix of the V tile [t][row].
+      uint32_t vt[2][4];
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        float p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + (e >> 1) * 8, t = nt * 8 + 2 * c + (e & 1);
-          p[e] = __bfloat162float(st.v[t * (VT + 8) + row]) -
-                 X[nt][e] * (st.kinv[t] * __expf(st.G[t]));
-        }
-        pa[nt >> 1][(nt & 1) * 2] = pack_bf16(p[0], p[1]);
-        pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(p[2], p[3]);
+      for (int j = 0; j < 2; ++j) {
+        const int tile = lane >> 3;
+        ldsm_x4_trans(vt[j], st.v + (tok0 + 16 * j + 8 * (tile >> 1) + (lane & 7)) * (VT + 8) +
+                                 rb * 16 + 8 * (tile & 1));
       }
-      float D[8][4] = {};
+      uint32_t pa[2][4];  // A fragments of P^T, tokens tok0 + 16 ks ..
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 f = *reinterpret_cast<const float2*>(kg + tok0 + nt * 8 + 2 * c);
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bfr[4];
-          ldsm_x4(bfr, st.t + (np * 16 + bn_row(lane)) * kLdCC + ks * 16 + bn_col(lane));
-          mma_bf16(D[2 * np], pa[ks], bfr[0], bfr[1]);
-          mma_bf16(D[2 * np + 1], pa[ks], bfr[2], bfr[3]);
+        for (int h = 0; h < 2; ++h) {
+          const __nv_bfloat162 v2 =
+              *reinterpret_cast<const __nv_bfloat162*>(&vt[nt >> 1][(nt & 1) * 2 + h]);
+          pa[nt >> 1][(nt & 1) * 2 + h] = pack_bf16(__low2float(v2) - X[nt][2 * h] * f.x,
+                                                    __high2float(v2) - X[nt][2 * h + 1] * f.y);
+        }
+      }
+      float D[4][4] = {};  // Delta^T, this warp's 32 tokens
+      const bf16* tm = st.t + tok0 * kLdCC;
+      if (half == 0) {
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int half_k = 0; half_k < 2; ++half_k)
+              *reinterpret_cast<uint32_t*>(s.p + (row0 + 8 * h) * kPitchP + ks * 16 + 8 * half_k +
+                                           2 * c) = pa[ks][2 * half_k + h];
+        named_arrive(1 + rb, 64);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], tm + ks * 16, kLdCC, lane);
+      } else {
+        named_sync(1 + rb, 64);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+          uint32_t af[4];
+          load_a(af, s.p + rb * 16 * kPitchP + ks * 16, kPitchP, lane);
+          mma_bn<2>(D, af, tm + ks * 16, kLdCC, lane);
         }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int t = nt * 8 + 2 * c;
-        const float d0 = st.kinv[t] * __expf(Gn - st.G[t]);
-        const float d1 = st.kinv[t + 1] * __expf(Gn - st.G[t + 1]);
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], tm + 32 + ks * 16, kLdCC, lane);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int t = tok0 + nt * 8 + 2 * c;
+        const float2 f = *reinterpret_cast<const float2*>(kd + t);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + h * 8;
           *reinterpret_cast<uint32_t*>(s.delta + row * kLdCC + t) =
               pack_bf16(D[nt][2 * h], D[nt][2 * h + 1]);
           *reinterpret_cast<uint32_t*>(s.deltad + row * kLdCC + t) =
-              pack_bf16(D[nt][2 * h] * d0, D[nt][2 * h + 1] * d1);
+              pack_bf16(D[nt][2 * h] * f.x, D[nt][2 * h + 1] * f.y);
         }
       }
     }
-    __syncthreads();  // Delta^T is in shared memory; every warp has read S^T
+    __syncthreads();  // Delta^T is in; every warp has read S^T
 
-    if (half == 1) {  // O^T = X Diag(qinv exp(G)) + Delta^T A_qk^T
+    if (o_warp) {  // O^T = X Diag(qg) + Delta^T A_qk^T (A_qk is lower triangular)
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 f = *reinterpret_cast<const float2*>(qg + tok0 + nt * 8 + 2 * c);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int t = nt * 8 + 2 * c + (e & 1);
-          X[nt][e] *= st.qinv[t] * __expf(st.G[t]);
-        }
+        for (int h = 0; h < 2; ++h) X[nt][2 * h] *= f.x, X[nt][2 * h + 1] *= f.y;
+      }
+      const bf16* aq = st.aqk + tok0 * kLdCC;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
+        if (ks >= 2 && half == 0) break;
         uint32_t af[4];
-        ldsm_x4(af, s.delta + (rb * 16 + a_row(lane)) * kLdCC + ks * 16 + a_col(lane));
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bfr[4];
-          ldsm_x4(bfr, st.aqk + (np * 16 + bn_row(lane)) * kLdCC + ks * 16 + bn_col(lane));
-          mma_bf16(X[2 * np], af, bfr[0], bfr[1]);
-          mma_bf16(X[2 * np + 1], af, bfr[2], bfr[3]);
-        }
+        load_a(af, s.delta + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
+        mma_bn<2>(X, af, aq + ks * 16, kLdCC, lane);
       }
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int row = row0 + (e >> 1) * 8, t = nt * 8 + 2 * c + (e & 1);
+          const int row = row0 + (e >> 1) * 8, t = tok0 + nt * 8 + 2 * c + (e & 1);
           s.o[t * (VT + 4) + row] = X[nt][e];
         }
     }
 
-    // S^T = exp(G_n) S^T + Delta^T Diag(kinv exp(G_n - G)) K over this half's 64 keys.
+    // S^T = exp(G_n) S^T + Delta^T Diag(kd) K over this warp's 32 keys.
     const float decay = __expf(Gn);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) S[nt][e] *= decay;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t af[4];
-      ldsm_x4(af, s.deltad + (rb * 16 + a_row(lane)) * kLdCC + ks * 16 + a_col(lane));
-#pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bfr[4];
-        ldsm_x4_trans(bfr,
-                      st.k + (ks * 16 + bt_row(lane)) * kLdQK + half * 64 + np * 16 + bt_col(lane));
-        mma_bf16(S[2 * np], af, bfr[0], bfr[1]);
-        mma_bf16(S[2 * np + 1], af, bfr[2], bfr[3]);
-      }
+      load_a(af, s.deltad + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
+      mma_bt<2>(S, af, st.k + ks * 16 * kLdQK + role * 32, kLdQK, lane);
     }
     if (n == kC) {
       if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
         float* dst = a.chunk_states + (boundary * a.HV + hv) * state_floats;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
             *reinterpret_cast<float2*>(dst + int64_t(v0 + row0 + h * 8) * kD + key0 + nt * 8) =
@@ -649,15 +797,16 @@ __global__ void __launch_bounds__(VT * 4) mma_state_kernel(const __grid_constant
       ++boundary;
     }
     store_st();
-    __syncthreads();  // o is complete
-
-    store_o<VT>(a, s.o, t0, n, hv, v0);
+  }
+  if (first < last) {
+    __syncthreads();  // the last o tile is complete
+    store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
   }
 
   const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
   if (final_slot < 0) return;
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = row0 + (e >> 1) * 8, key = key0 + nt * 8 + (e & 1);
@@ -691,7 +840,7 @@ template <int VT>
 void launch_state(const MmaArgs& a, cudaStream_t s) {
   static std::once_flag once;
   allow_smem(mma_state_kernel<VT>, sizeof(StateSmem<VT>), once);
-  mma_state_kernel<VT><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 4,
+  mma_state_kernel<VT><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 8,
                          sizeof(StateSmem<VT>), s>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
 }
@@ -750,9 +899,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   a.boundary_first = reinterpret_cast<int32_t*>(ws + layout.boundary_first);
   a.tmat = reinterpret_cast<bf16*>(ws + layout.tc_t);
   a.aqk = reinterpret_cast<bf16*>(ws + layout.tc_aqk);
-  a.gcum = ws + layout.tc_g;
-  a.qinv = ws + layout.tc_qinv;
-  a.kinv = ws + layout.tc_kinv;
+  a.vec = ws + layout.tc_vec;
   a.copies = shape.bf16_copies;
   if (a.copies) {  // packed [T, heads, d] copies
     a.q16 = reinterpret_cast<const bf16*>(ws + layout.tc_q);
@@ -781,12 +928,12 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   if (a.max_chunks > 0 && a.H > 0) {
     static std::once_flag once;
     allow_smem(mma_prepare_kernel, sizeof(PrepareSmem), once);
-    mma_prepare_kernel<<<dim3(unsigned(a.max_chunks), unsigned(a.H)), 256, sizeof(PrepareSmem),
-                         s>>>(a);
+    mma_prepare_kernel<<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))), 128,
+                         sizeof(PrepareSmem), s>>>(a);
     HYLA_CUDA_CHECK_LAUNCH();
   }
   if (a.B == 0) return ok_status();
-  // 64 value rows a block (8 warps) when that still gives every SM two blocks, else 32 (4 warps).
+  // 64 value rows a block (16 warps) when that still gives every SM two blocks, else 32 (8 warps).
   const bool wide = a.d_v % 64 == 0 && int64_t(a.B) * a.HV * (a.d_v / 64) >= 2 * sm_count();
   if (wide)
     launch_state<64>(a, s);
