@@ -30,6 +30,11 @@ Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> mod
   return model->to(device);
 }
 
+std::string plan_where(Device device, int tensor_parallel) {
+  if (tensor_parallel <= 1) return device_name(device);
+  return str_cat(device_name(device), ", each of ", tensor_parallel, " tensor-parallel ranks");
+}
+
 Result<AvailableMemory> available_memory(Device device) {
   if (device.is_cuda()) {
     HYLA_ASSIGN_OR_RETURN(const DeviceFreeMemory m, device_free_memory(device));

@@ -25,6 +25,16 @@ Result<Device> resolve_device(const std::string& name);
 /// Error: the weights could not be moved (Model::to left them where they were).
 Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> model, Device device);
 
+/// Where the loaded model's weights go before the engine is made: `device`, or the host when
+/// the model runs as tensor_parallel > 1 ranks (the engine slices the whole model on the host
+/// and moves each rank's slice to its device).
+inline Device weights_device(Device device, int tensor_parallel) {
+  return tensor_parallel > 1 ? Device::cpu() : device;
+}
+
+/// Where the engine's memory plan holds: "cpu", or "cpu, each of 2 tensor-parallel ranks".
+std::string plan_where(Device device, int tensor_parallel);
+
 /// What `device` can give: the host's MemAvailable or the CUDA device's free memory, and a few
 /// words saying which ("31.2 GiB available of 62.5 GiB (/proc/meminfo)"). Error: no figure.
 struct AvailableMemory {

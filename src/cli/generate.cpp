@@ -108,6 +108,7 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
                                               std::unique_ptr<model::Model>* draft) {
   runtime::EngineOptions engine;
   engine.device = device;
+  engine.tensor_parallel.ranks = options.tensor_parallel;
   engine.allow_long_context = options.allow_long_context;
   engine.prefix_cache.enabled = options.prefix_cache == "on";
   engine.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
@@ -133,13 +134,17 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   engine.memory_budget_bytes = sizing.budget_bytes;
   engine.state_ratio = sizing.state_ratio;
   Result<AvailableMemory> available = available_memory(device);
-  if (available.ok() && sizing.budget_bytes > available->bytes / 4 * 3) {
-    engine.memory_budget_bytes = available->bytes / 4 * 3;
+  // Ranks on the host share it: each gets its part of the 3/4.
+  const int sharing = device.is_cpu() ? options.tensor_parallel : 1;
+  if (available.ok() && sizing.budget_bytes > available->bytes / 4 * 3 / sharing) {
+    engine.memory_budget_bytes = available->bytes / 4 * 3 / sharing;
     std::fprintf(err,
-                 "hyla generate: note: running every prompt at once needs %s, more than 3/4 of "
-                 "the %s: the budget is %s and prompts wait for each other "
+                 "hyla generate: note: running every prompt at once needs %s%s, more than 3/4 "
+                 "of the %s%s: the budget is %s and prompts wait for each other "
                  "(--budget-mib sets it)\n",
-                 runtime::format_bytes(sizing.budget_bytes).c_str(), available->description.c_str(),
+                 runtime::format_bytes(sizing.budget_bytes).c_str(), sharing > 1 ? " per rank" : "",
+                 available->description.c_str(),
+                 sharing > 1 ? str_cat(" shared by ", sharing, " ranks").c_str() : "",
                  runtime::format_bytes(engine.memory_budget_bytes).c_str());
   }
   return engine;
@@ -286,7 +291,7 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
   if (!model.ok()) return fail(err, model.status().message());
   for (const std::string& warning : model.value()->config().warnings)
     std::fprintf(err, "hyla generate: warning: %s\n", warning.c_str());
-  model = model_on(std::move(model).value(), device);
+  model = model_on(std::move(model).value(), weights_device(device, options.tensor_parallel));
   if (!model.ok()) return fail(err, model.status().message());
   model.value()->set_linear_backends(
       model::parse_linear_attn_backends(options.linear_attn).value());
@@ -304,7 +309,7 @@ int run_ids(const GenerateOptions& options, const std::string& model_dir, Device
                 str_cat(options.budget_mib ? str_cat("--budget-mib ", *options.budget_mib, ": ")
                                            : std::string(),
                         engine.status().message()));
-  std::fprintf(err, "memory plan (%s): %s\n", device_name(device).c_str(),
+  std::fprintf(err, "memory plan (%s): %s\n", plan_where(device, options.tensor_parallel).c_str(),
                engine.value()->plan().summary().c_str());
 
   // A refused or failed request is reported and the others go on.
@@ -436,13 +441,16 @@ int run_text(const GenerateOptions& options, const std::string& model_dir, Devic
   std::fflush(err);
   Result<std::unique_ptr<model::Model>> model = model::load_model(model_dir);
   if (!model.ok()) return fail_after_progress(err, model.status().message());
-  model = model_on(std::move(model).value(), device);
+  model = model_on(std::move(model).value(), weights_device(device, options.tensor_parallel));
   if (!model.ok()) return fail_after_progress(err, model.status().message());
   model.value()->set_linear_backends(
       model::parse_linear_attn_backends(options.linear_attn).value());
   const model::ModelConfig& config = model.value()->config();
-  std::fprintf(err, " (%s, %lld layers) on %s", config.model_type.c_str(),
-               static_cast<long long>(config.num_layers), device_name(device).c_str());
+  std::fprintf(err, " (%s, %lld layers) on %s%s", config.model_type.c_str(),
+               static_cast<long long>(config.num_layers), device_name(device).c_str(),
+               options.tensor_parallel > 1
+                   ? str_cat(", ", options.tensor_parallel, " tensor-parallel ranks").c_str()
+                   : "");
   for (const std::string& warning : config.warnings)
     std::fprintf(err, "\nhyla generate: warning: %s", warning.c_str());
   if (tokenizer->vocab_size() > config.vocab_size)
@@ -582,6 +590,10 @@ Status validate(const GenerateOptions& o) {
     return invalid_argument(
         "--prefix-cache-device-mib holds int8 snapshots only: add "
         "--prefix-cache-int8 on");
+  if (o.tensor_parallel < 1)
+    return invalid_argument("--tensor-parallel is ", o.tensor_parallel,
+                            ", expected an integer >= 1 (the ranks the model is split over by "
+                            "head; 1: off)");
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
     return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
   return model::parse_linear_attn_backends(o.linear_attn).status();

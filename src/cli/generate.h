@@ -9,6 +9,7 @@
 // others run to the end (exit code 1 then). The memory budget is sized from the model and the
 // requests unless --budget-mib gives it. Speed: decode tokens over decode time (the steps that ran
 // no prompt tokens), in both modes; the prefill (prompt tokens, time to first token) apart.
+// --tensor-parallel N runs the model as N slices by head (one engine and thread per rank).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +58,9 @@ struct GenerateOptions {
   /// --linear-attn-*-backend: which implementation runs each linear-attention phase
   /// (model/linear_backends.h); all unset: auto.
   model::LinearAttnBackendFlags linear_attn;
+  /// --tensor-parallel N: the model split by head over N ranks (runtime::TensorParallelOptions;
+  /// on the CPU, N threads of this process), the budget each rank's. 1: off.
+  int tensor_parallel = 1;
 };
 
 /// Checks every numeric option's range; the message names the option, its value and the range.

@@ -144,6 +144,10 @@ int main(int argc, char** argv) {
                   "per request, the accepted steps replayed) or states (a state per draft kept, "
                   "the accepted one installed)")
       ->check(CLI::IsMember({"replay", "states"}));
+  gen->add_option("--tensor-parallel", generate.tensor_parallel,
+                  "split the model by head over N ranks (on the CPU: N threads of this process, "
+                  "the ranks' partial sums added in rank order); the memory budget is each "
+                  "rank's (default 1: off)");
   gen->add_flag("--sequential", generate.sequential,
                 "start each prompt after the previous one has finished (later ones can reuse "
                 "earlier ones through the prefix cache)");
@@ -277,6 +281,9 @@ int main(int argc, char** argv) {
                   "seconds a request's header and body may take to arrive; a slower client is "
                   "disconnected (default 10)")
       ->check(CLI::Range(0.05, 3600.0));
+  srv->add_option("--tensor-parallel", serve.tensor_parallel,
+                  "split the model by head over N ranks (on the CPU: N threads of this process); "
+                  "the memory budget is each rank's (default 1: off)");
   srv->add_option("--http-threads", serve.http_threads, "threads serving the connections")
       ->check(CLI::Range(1, 64));
   int serve_threads = 0;

@@ -69,6 +69,10 @@ int serve(const ServeOptions& options) {
                  static_cast<long long>(open_files), static_cast<long long>(wanted_files));
   if (options.port < 0 || options.port > 65535)
     return fail(str_cat("--port is ", options.port, ", expected an integer in [0, 65535]"));
+  if (options.tensor_parallel < 1)
+    return fail(str_cat("--tensor-parallel is ", options.tensor_parallel,
+                        ", expected an integer >= 1 (the ranks the model is split over by head; "
+                        "1: off)"));
   const std::string dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
   if (!fs::exists(fs::path(dir) / "config.json"))
     return fail(str_cat("model folder ", dir, " has no config.json"));
@@ -81,7 +85,8 @@ int serve(const ServeOptions& options) {
   if (!chat.ok()) return fail(chat.status().message());
   Result<std::unique_ptr<model::Model>> model = model::load_model(dir);
   if (!model.ok()) return fail(model.status().message());
-  model = model_on(std::move(model).value(), device.value());
+  model =
+      model_on(std::move(model).value(), weights_device(device.value(), options.tensor_parallel));
   if (!model.ok()) return fail(model.status().message());
   const model::ModelConfig& config = model.value()->config();
   if (tokenizer->vocab_size() > config.vocab_size)
@@ -90,6 +95,7 @@ int serve(const ServeOptions& options) {
 
   runtime::EngineOptions engine_options;
   engine_options.device = device.value();
+  engine_options.tensor_parallel.ranks = options.tensor_parallel;
   engine_options.max_running = options.max_running;
   engine_options.prefix_cache.enabled = options.prefix_cache;
   engine_options.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;
@@ -138,7 +144,8 @@ int serve(const ServeOptions& options) {
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options);
   if (!engine.ok()) return fail(engine.status().message());
-  std::fprintf(stderr, "memory plan (%s): %s\n", device_name(device.value()).c_str(),
+  std::fprintf(stderr, "memory plan (%s): %s\n",
+               plan_where(device.value(), options.tensor_parallel).c_str(),
                engine.value()->plan().summary().c_str());
 
   serve::EngineLoop loop(*engine.value(), options.max_waiting);

@@ -2,6 +2,7 @@
 //   hyla serve [--model DIR] [--host 127.0.0.1] [--port 8080] [--device auto|cpu|cuda]
 //              [--served-model-name NAME] [--prefix-cache on|off] [--max-waiting N]
 //              [--budget-mib N [--state-ratio R]] [--read-timeout S] [--threads N]
+//              [--tensor-parallel N]
 // DIR defaults to the embedded demo model. Runs until SIGINT / SIGTERM.
 #pragma once
 
@@ -32,6 +33,9 @@ struct ServeOptions {
   double read_timeout_s = 10;  ///< a request's header + body must arrive within this
   /// State-pool : KV-pool bytes of --budget-mib (plan_memory's state_ratio); unset: the engine's.
   std::optional<double> state_ratio;
+  /// --tensor-parallel N: the model split by head over N ranks (runtime::TensorParallelOptions),
+  /// the budget each rank's; 1: off.
+  int tensor_parallel = 1;
 };
 
 /// Loads the model, tokenizer and chat template, starts the engine loop and the server, and

@@ -14,6 +14,7 @@
 #include "kernels/gated_delta_rule.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gather_rows.h"
+#include "model/tensor_parallel.h"
 #include "runtime/memory/host_memory.h"
 #include "runtime/memory/pool_views.h"
 #include "runtime/spec/acceptance.h"
@@ -74,6 +75,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const model::Model& model, Engine
                               model.config().vocab_size,
                               ": a draft model must share the model's tokenizer");
   }
+  if (options.tensor_parallel.ranks != 1) return create_ranks(model, std::move(options));
   if (options.max_context == 0) options.max_context = model.config().max_context;
   std::unique_ptr<Engine> engine(new Engine(model, options));
   HYLA_RETURN_IF_ERROR(engine->init_device());
@@ -134,7 +136,11 @@ Result<MemorySizing> size_engine_memory(const model::ModelConfig& config,
   std::sort(request_tokens.begin(), request_tokens.end(), std::greater<>());
   if (options.max_running >= 1 && int64_t(request_tokens.size()) > options.max_running)
     request_tokens.resize(size_t(options.max_running));
-  return size_memory(config, request_tokens, memory_plan_options(options));
+  if (options.tensor_parallel.ranks == 1)
+    return size_memory(config, request_tokens, memory_plan_options(options));
+  HYLA_ASSIGN_OR_RETURN(const model::ModelConfig rank,
+                        model::shard_config(config, 0, options.tensor_parallel.ranks));
+  return size_memory(rank, request_tokens, memory_plan_options(options));
 }
 
 // The device exists in this build and on this machine, and the weights are on it.
@@ -262,6 +268,11 @@ int64_t Engine::pages_for(int64_t tokens) const {
 }
 
 Result<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
+  if (ranks_) return add_request_on_ranks(std::move(prompt), params);
+  return rank_add_request(std::move(prompt), std::move(params));
+}
+
+Result<RequestId> Engine::rank_add_request(std::vector<int32_t> prompt, SamplingParams params) {
   const int64_t V = model_.config().vocab_size;
   if (prompt.empty()) return invalid_argument("add_request: the prompt is empty");
   for (size_t t = 0; t < prompt.size(); ++t)
@@ -630,6 +641,7 @@ void Engine::grow_decodes(std::vector<TokenEvent>& events) {
 }
 
 Status Engine::check_invariants() const {
+  if (ranks_) HYLA_RETURN_IF_ERROR(check_other_ranks());
   const int64_t num_slots = states_ ? states_->capacity() : 0;
   const int64_t num_pages = pages_ ? pages_->capacity() : 0;
   std::vector<RequestId> slot_owner(size_t(num_slots), -1);
@@ -745,7 +757,9 @@ void Engine::release(RequestId id, FinishReason reason, std::vector<TokenEvent>&
   ++totals_.finished;
 }
 
-Status Engine::cancel(RequestId id) {
+Status Engine::cancel(RequestId id) { return ranks_ ? cancel_on_ranks(id) : rank_cancel(id); }
+
+Status Engine::rank_cancel(RequestId id) {
   if (requests_.find(id) == requests_.end())
     return Status(
         ErrorCode::kNotFound,
@@ -898,7 +912,10 @@ Result<StepPicks> Engine::replay_step(const model::Batch& batch) {
   return picks;
 }
 
-std::vector<TokenEvent> Engine::step() {
+std::vector<TokenEvent> Engine::step() { return ranks_ ? step_ranks() : rank_step(); }
+
+std::vector<TokenEvent> Engine::rank_step() {
+  step_failure_ = ok_status();
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
   const std::vector<Scheduled> scheduled = schedule(events);
@@ -928,6 +945,7 @@ std::vector<TokenEvent> Engine::step() {
   memory_.final_hidden = nullptr;
   std::vector<MtpRun> mtp_runs;
   if (!picks.ok()) {
+    step_failure_ = picks.status();
     for (const std::vector<Boundary>& list : boundaries)
       for (const Boundary& boundary : list) (void)states_->free(boundary.slot);
     // The slots and pages of every sequence in the batch may be half written: fail them all.
@@ -1136,13 +1154,14 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
     picks = run_step(batch, host_rows);
   }
   memory_.final_hidden = nullptr;
-  const auto fail_all = [&](const std::string& message) {
+  const auto fail_all = [&](const Status& failure) {
+    step_failure_ = failure;
     for (const Scheduled& s : scheduled)
-      release(s.request->id, FinishReason::kError, events, message);
+      release(s.request->id, FinishReason::kError, events, failure.message());
   };
   if (!picks.ok()) {
     memory_.verify = nullptr;
-    fail_all(picks.status().message());
+    fail_all(picks.status());
     return true;
   }
 
@@ -1233,7 +1252,7 @@ bool Engine::speculate(const std::vector<Scheduled>& scheduled, std::vector<Toke
   }
   memory_.verify = nullptr;
   if (!committed.ok()) {
-    fail_all(committed.message());
+    fail_all(committed);
     return true;
   }
   std::vector<MtpRun> mtp_runs;

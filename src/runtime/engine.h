@@ -10,6 +10,8 @@
 //     -> each step: one model::Batch (decode tokens + C-aligned prefill chunks) over BatchMemory
 //     -> Model::forward_batch -> logits [B, vocab] (to the host) -> Sampler -> TokenEvent per token
 //     -> finished (stop token / max tokens / cancelled / error): slot and pages freed at once
+// Tensor parallelism (EngineOptions::tensor_parallel): one such engine per rank on its slice of
+// the model, each running this same pipeline; rank 0's drives the others (engine_ranks.cpp).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,8 @@
 #include "runtime/sampling.h"
 #include "runtime/spec/draft_model.h"
 #include "runtime/spec/ngram_drafter.h"
+#include "runtime/tp/rank_group.h"
+#include "runtime/tp/rank_threads.h"
 
 namespace hyla::runtime {
 
@@ -94,6 +98,20 @@ struct SpeculativeOptions {
 /// The most drafts one verify step takes per request.
 inline constexpr int64_t kMaxDraftTokens = 16;
 
+/// Tensor parallelism by head (model/tensor_parallel.h): the model runs as `ranks` slices, each
+/// with its own engine and pools (a rank's state per sequence is 1/N), the ranks' partial sums
+/// added by a RankGroup's all-reduce. Every rank schedules the same requests the same way and gets
+/// the same logits, so they stay in step; Engine::create returns rank 0's engine, which drives the
+/// others (runtime/engine_ranks.cpp).
+struct TensorParallelOptions {
+  int ranks = 1;  ///< N; 1: the whole model on one engine
+  /// Makes the group's communicators; empty: LocalGroup (ranks as threads of this process adding
+  /// host tensors, so every rank on the host).
+  RankGroupFactory group{};
+  /// Rank r's device (N entries); empty: EngineOptions::device for every rank.
+  std::vector<Device> devices{};
+};
+
 struct EngineOptions {
   int64_t memory_budget_bytes = int64_t{256} << 20;  ///< state slots + KV pages, see plan_memory
   double state_ratio = 0.9;                          ///< state bytes : KV bytes
@@ -132,6 +150,8 @@ struct EngineOptions {
   /// Off by default. A step whose sequences are all decodes verifies each one's drafts; steps
   /// with prefill chunks decode one token each, as without it.
   SpeculativeOptions speculative{};
+  /// Off by default (1 rank). With N ranks the memory budget, limit and plan are each rank's.
+  TensorParallelOptions tensor_parallel{};
 };
 
 /// The MemoryPlanOptions (dtypes, page size, device, scratch) that `options` implies.
@@ -139,7 +159,9 @@ MemoryPlanOptions memory_plan_options(const EngineOptions& options);
 
 /// A memory budget and state ratio for `options` (see size_memory) under which every request of
 /// `request_tokens` (prompt + max_new_tokens each) can run at once, up to options.max_running of
-/// them (the longest); more wait for a free slot. Errors: those of size_memory.
+/// them (the longest); more wait for a free slot. With options.tensor_parallel, one rank's budget
+/// (its slice's shapes). Errors: those of size_memory, and of shard_config (a count the ranks do
+/// not divide, named).
 Result<MemorySizing> size_engine_memory(const model::ModelConfig& config,
                                         const EngineOptions& options,
                                         std::vector<int64_t> request_tokens);
@@ -242,6 +264,17 @@ class Engine {
   /// weights are on another device than options.device; a budget that holds no slot or page; a
   /// plan that needs more than the device's available memory (or options.memory_limit_bytes),
   /// checked before anything is allocated.
+  ///
+  /// With options.tensor_parallel.ranks = N > 1, `model` is the whole model on the host: each
+  /// rank's engine runs its slice (model::shard_model, moved to the rank's device) over pools of
+  /// the slice's shapes, and the engine returned is rank 0's. Its add_request / cancel / step do
+  /// the same on every rank (step: on every rank's thread at once) and report rank 0's results;
+  /// plan() and stats() are rank 0's. A rank whose step fails aborts the group: that step's
+  /// requests end with its error, and so does every other request; later add_request calls are
+  /// refused with it. Ranks whose events part (a bug) end the same way. Errors, besides the
+  /// above: N < 1, a count N does not divide (shard_config names it), a model not on the host,
+  /// the MTP head or a draft model as drafter, ranks on a device the group cannot serve (the
+  /// default LocalGroup: the host only).
   static Result<std::unique_ptr<Engine>> create(const model::Model& model,
                                                 EngineOptions options = {});
   ~Engine();
@@ -314,6 +347,24 @@ class Engine {
   };
 
   Engine(const model::Model& model, EngineOptions options);
+  /// Tensor parallelism (engine_ranks.cpp): every rank's engine on its slice, rank 0's returned.
+  static Result<std::unique_ptr<Engine>> create_ranks(const model::Model& whole,
+                                                      EngineOptions options);
+  /// Rank r's engine (rank 0: this one).
+  Engine& rank_engine(int r);
+  /// What add_request / cancel / step do on this rank alone (the whole of it without tensor
+  /// parallelism).
+  Result<RequestId> rank_add_request(std::vector<int32_t> prompt, SamplingParams params);
+  Status rank_cancel(RequestId id);
+  std::vector<TokenEvent> rank_step();
+  /// Tensor parallelism: add_request / cancel / step on every rank.
+  Result<RequestId> add_request_on_ranks(std::vector<int32_t> prompt, const SamplingParams& params);
+  Status cancel_on_ranks(RequestId id);
+  std::vector<TokenEvent> step_ranks();
+  /// The group failed: every request of this rank ends with `error`.
+  void end_all(const std::string& error, std::vector<TokenEvent>& events);
+  /// Every other rank's check_invariants, and its counts equal to this rank's.
+  Status check_other_ranks() const;
   Status init_device();
   /// CUDA: the engine's stream, the pinned staging of each step's indices, the decode graphs.
   Status init_stream();
@@ -421,6 +472,8 @@ class Engine {
   Result<StepPicks> replay_step(const model::Batch& batch);
   model::Batch build_batch(const std::vector<Scheduled>& scheduled) const;
 
+  /// Tensor parallelism: this rank's slice of the model (model_ refers to it).
+  std::unique_ptr<model::Model> own_model_;
   const model::Model& model_;
   EngineOptions options_;
   MemoryPlan plan_;
@@ -446,6 +499,23 @@ class Engine {
   std::unique_ptr<DraftModelDrafter> draft_model_;  ///< SpeculativeOptions::kDraftModel
   Tensor step_hidden_;  ///< kMtp: the step's final-normed hidden of every row
   EngineStats totals_;  ///< finished, tokens_generated, prompt_tokens, steps, preemptions
+  /// Why this rank's last step failed as a whole (its forward pass or the verify commit), which
+  /// ends the step's requests; the rank loop then aborts the group. OK when it did not.
+  Status step_failure_;
+  /// Rank 0 of a tensor-parallel group (engine_ranks.cpp): the other ranks' engines, the group's
+  /// communicators and a thread per rank.
+  struct Ranks;
+  std::unique_ptr<Ranks> ranks_;
+};
+
+/// Rank 0's view of its tensor-parallel group. Members are destroyed threads first (none left
+/// running), then the engines, then the communicators they used.
+struct Engine::Ranks {
+  std::unique_ptr<RankGroup> group;
+  std::vector<std::unique_ptr<Engine>> others;  ///< ranks 1 .. N-1
+  std::unique_ptr<RankThreads> threads;
+  /// Why the group stopped (a rank's failure, or ranks that parted); OK while it runs.
+  Status failure;
 };
 
 /// Runs `prompts` through one engine to completion: the generated ids of each prompt, in order.

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/decoder_layer.h"
+#include "model/model.h"
 #include "testing.h"
 
 namespace hyla::model {
@@ -59,6 +60,23 @@ inline DecoderLayer random_layer(const ModelConfig& c, int64_t i, std::mt19937& 
     }
   }
   return w;
+}
+
+/// A model of `c`'s kinds with the linear layers widened to H key heads and HV value heads (the
+/// Qwen goldens have H = 2, too few for 4 ranks) and random weights drawn from `seed`.
+inline std::unique_ptr<Model> widened_random_model(ModelConfig c, int64_t H, int64_t HV,
+                                                   unsigned seed) {
+  c.linear.num_k_heads = H;
+  c.linear.num_v_heads = HV;
+  std::mt19937 rng(seed);
+  std::vector<DecoderLayer> layers;
+  for (int64_t i = 0; i < c.num_layers; ++i) layers.push_back(random_layer(c, i, rng));
+  const int64_t hidden = c.hidden_size, V = c.vocab_size;
+  Tensor embedding = proj({V, hidden}, rng);
+  Tensor norm = testing::random_uniform({hidden}, DType::kF32, rng, -0.1f, 0.1f);
+  Tensor lm_head = proj({V, hidden}, rng);
+  return std::make_unique<Model>(std::move(c), std::move(embedding), std::move(layers),
+                                 std::move(norm), std::move(lm_head));
 }
 
 }  // namespace hyla::model

@@ -84,6 +84,11 @@ model::AllReduce& LocalGroup::rank(int r) { return *members_[size_t(r)]; }
 
 void LocalGroup::abort() { aborted_.store(true); }
 
+void LocalGroup::fail(int r) {
+  abort();
+  leave(r);
+}
+
 void LocalGroup::leave(int r) {
   if (r >= 0 && r < ranks()) (void)members_[size_t(r)]->drop();
 }

@@ -1,7 +1,7 @@
 // N tensor-parallel ranks as threads of one process, on the CPU: the all-reduce adds the ranks'
 // host tensors in rank order (the same bits on every rank, whatever the thread timing). For tests
 // of the sharding (sharded == unsharded, model/tensor_parallel.h) and for running a sharded model
-// where no NCCL is.
+// where no NCCL is: the engine's default group (EngineOptions::tensor_parallel).
 #pragma once
 
 #include <atomic>
@@ -11,19 +11,22 @@
 #include <vector>
 
 #include "model/all_reduce.h"
+#include "runtime/tp/rank_group.h"
 
 namespace hyla::runtime {
 
-class LocalGroup {
+class LocalGroup final : public RankGroup {
  public:
   /// Errors: ranks < 1.
   static Result<std::unique_ptr<LocalGroup>> create(int ranks);
-  ~LocalGroup();
+  ~LocalGroup() override;
 
   /// Rank r's communicator (r in [0, ranks)); valid while the group lives. Each rank's calls come
   /// from its own thread.
-  model::AllReduce& rank(int r);
-  int ranks() const { return int(members_.size()); }
+  model::AllReduce& rank(int r) override;
+  int ranks() const override { return int(members_.size()); }
+  /// abort(), then leave(r).
+  void fail(int r) override;
 
   /// Makes the ranks' later sum() calls return an error instead of waiting for a rank that will
   /// not come. A rank whose step fails calls abort() and then leave(r), so that the ranks waiting
