@@ -4,6 +4,7 @@
 #include "core/device_memory.h"
 #include "runtime/memory/host_memory.h"
 #include "runtime/memory/memory_plan.h"
+#include "runtime/tp/nccl_group.h"
 
 namespace hyla::cli {
 
@@ -28,6 +29,27 @@ Result<Device> resolve_device(const std::string& name) {
 Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> model, Device device) {
   if (model->device() == device) return model;
   return model->to(device);
+}
+
+Result<runtime::TensorParallelOptions> tensor_parallel_options(int ranks, Device device) {
+  runtime::TensorParallelOptions tp;
+  tp.ranks = ranks;
+  if (ranks <= 1 || device.is_cpu()) return tp;
+  if (!runtime::nccl_built())
+    return unsupported("--tensor-parallel ", ranks, " on ", device_name(device),
+                       ": this build has no NCCL, which adds the ranks' sums across GPUs "
+                       "(configure where nccl.h and libnccl are installed); --device cpu runs the "
+                       "ranks as threads on the host");
+  for (int r = 0; r < ranks; ++r) {
+    const Device gpu = Device::cuda(device.index + r);
+    if (Result<DeviceFreeMemory> visible = device_free_memory(gpu); !visible.ok())
+      return Status(visible.status().code(),
+                    str_cat("--tensor-parallel ", ranks, " needs one GPU per rank (",
+                            device_name(device), " on): ", visible.status().message()));
+    tp.devices.push_back(gpu);
+  }
+  tp.group = runtime::nccl_group_factory();
+  return tp;
 }
 
 std::string plan_where(Device device, int tensor_parallel) {

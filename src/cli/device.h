@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 
 namespace hyla::cli {
 
@@ -31,6 +32,12 @@ Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> mod
 inline Device weights_device(Device device, int tensor_parallel) {
   return tensor_parallel > 1 ? Device::cpu() : device;
 }
+
+/// EngineOptions::tensor_parallel for `ranks` ranks with the model on `device`: on the host, N
+/// threads of this process (the default group); on a CUDA device, one GPU per rank from device's
+/// index on, their sums added by NCCL. Errors: fewer GPUs visible than ranks; a build without
+/// NCCL (both named with --tensor-parallel).
+Result<runtime::TensorParallelOptions> tensor_parallel_options(int ranks, Device device);
 
 /// Where the engine's memory plan holds: "cpu", or "cpu, each of 2 tensor-parallel ranks".
 std::string plan_where(Device device, int tensor_parallel);

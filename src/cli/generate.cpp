@@ -108,7 +108,8 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
                                               std::unique_ptr<model::Model>* draft) {
   runtime::EngineOptions engine;
   engine.device = device;
-  engine.tensor_parallel.ranks = options.tensor_parallel;
+  HYLA_ASSIGN_OR_RETURN(engine.tensor_parallel,
+                        tensor_parallel_options(options.tensor_parallel, device));
   engine.allow_long_context = options.allow_long_context;
   engine.prefix_cache.enabled = options.prefix_cache == "on";
   engine.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;

@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"replay", "states"}));
   gen->add_option("--tensor-parallel", generate.tensor_parallel,
                   "split the model by head over N ranks (on the CPU: N threads of this process, "
-                  "the ranks' partial sums added in rank order); the memory budget is each "
-                  "rank's (default 1: off)");
+                  "the ranks' partial sums added in rank order; on CUDA: one GPU per rank, the "
+                  "sums by NCCL); the memory budget is each rank's (default 1: off)");
   gen->add_flag("--sequential", generate.sequential,
                 "start each prompt after the previous one has finished (later ones can reuse "
                 "earlier ones through the prefix cache)");
@@ -282,8 +282,9 @@ int main(int argc, char** argv) {
                   "disconnected (default 10)")
       ->check(CLI::Range(0.05, 3600.0));
   srv->add_option("--tensor-parallel", serve.tensor_parallel,
-                  "split the model by head over N ranks (on the CPU: N threads of this process); "
-                  "the memory budget is each rank's (default 1: off)");
+                  "split the model by head over N ranks (on the CPU: N threads of this process; "
+                  "on CUDA: one GPU per rank, the sums by NCCL); the memory budget is each "
+                  "rank's (default 1: off)");
   srv->add_option("--http-threads", serve.http_threads, "threads serving the connections")
       ->check(CLI::Range(1, 64));
   int serve_threads = 0;

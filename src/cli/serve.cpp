@@ -95,7 +95,12 @@ int serve(const ServeOptions& options) {
 
   runtime::EngineOptions engine_options;
   engine_options.device = device.value();
-  engine_options.tensor_parallel.ranks = options.tensor_parallel;
+  {
+    Result<runtime::TensorParallelOptions> tp =
+        tensor_parallel_options(options.tensor_parallel, device.value());
+    if (!tp.ok()) return fail(tp.status().message());
+    engine_options.tensor_parallel = std::move(tp).value();
+  }
   engine_options.max_running = options.max_running;
   engine_options.prefix_cache.enabled = options.prefix_cache;
   engine_options.prefix_cache.host_bytes = options.prefix_cache_host_mib << 20;

@@ -19,6 +19,7 @@ void cuda_pinned_free(void* ptr);
 void* cuda_legacy_stream();
 void cuda_synchronize();
 Result<DeviceFreeMemory> cuda_free_memory(int index);
+int cuda_set_device(int index);  // returns the previous current device
 #else
 static bool cuda_available_impl() { return false; }
 [[noreturn]] static void no_cuda() {
@@ -56,6 +57,20 @@ thread_local Stream g_stream{};
 }  // namespace
 
 Stream current_stream() { return g_stream_set ? g_stream : Stream{cuda_legacy_stream()}; }
+
+CurrentDevice::CurrentDevice(Device device) {
+#if HYLA_WITH_CUDA
+  if (device.is_cuda()) previous_ = cuda_set_device(device.index);
+#else
+  (void)device;
+#endif
+}
+
+CurrentDevice::~CurrentDevice() {
+#if HYLA_WITH_CUDA
+  if (previous_ >= 0) (void)cuda_set_device(previous_);
+#endif
+}
 
 CurrentStream::CurrentStream(Stream stream) : previous_(current_stream()) {
   g_stream = stream;

@@ -100,6 +100,13 @@ Result<DeviceFreeMemory> cuda_free_memory(int index) {
 
 void cuda_synchronize() { HYLA_CUDA_CHECK(cudaDeviceSynchronize()); }
 
+int cuda_set_device(int index) {
+  int previous = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&previous));
+  if (previous != index) HYLA_CUDA_CHECK(cudaSetDevice(index));
+  return previous;
+}
+
 void cuda_fill_bytes(void* ptr, uint8_t byte, size_t bytes) {
   HYLA_CUDA_CHECK(cudaMemsetAsync(ptr, byte, bytes, current()));
 }

@@ -36,6 +36,20 @@ class CurrentStream {
   Stream previous_;
 };
 
+/// Makes a CUDA device the calling thread's current one for the scope (cudaSetDevice): the
+/// device that its allocations, new streams and launches use. Tensor-parallel ranks each hold
+/// one on their own thread. A CPU device, or a build without CUDA, changes nothing.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(Device device);
+  ~CurrentDevice();
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = -1;  // the CUDA device to restore, -1: none changed
+};
+
 /// Page-locked host memory (cudaMallocHost; plain memory in a build without CUDA): the source of
 /// asynchronous uploads and the target of asynchronous downloads.
 void* pinned_alloc(size_t bytes);

@@ -508,9 +508,10 @@ class Engine {
   std::unique_ptr<Ranks> ranks_;
 };
 
-/// Rank 0's view of its tensor-parallel group. Members are destroyed threads first (none left
-/// running), then the engines, then the communicators they used.
+/// Rank 0's view of its tensor-parallel group. It is destroyed threads first (none left
+/// running), then the engines (each with its device current), then the communicators they used.
 struct Engine::Ranks {
+  ~Ranks();
   std::unique_ptr<RankGroup> group;
   std::vector<std::unique_ptr<Engine>> others;  ///< ranks 1 .. N-1
   std::unique_ptr<RankThreads> threads;

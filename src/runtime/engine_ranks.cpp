@@ -12,6 +12,7 @@
 #include <set>
 #include <utility>
 
+#include "core/device_memory.h"
 #include "model/tensor_parallel.h"
 #include "runtime/engine.h"
 #include "runtime/memory/host_memory.h"
@@ -112,6 +113,7 @@ Result<std::unique_ptr<Engine>> Engine::create_ranks(const model::Model& whole,
   std::vector<std::unique_ptr<Engine>> engines;
   for (int r = 0; r < N; ++r) {
     const Device device = devices[size_t(r)];
+    const CurrentDevice on(device);  // the slice's weights, pools and stream go to its GPU
     HYLA_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> slice, model::shard_model(whole, r, N));
     if (!device.is_cpu()) {
       HYLA_ASSIGN_OR_RETURN(slice, slice->to(device));
@@ -138,6 +140,15 @@ Result<std::unique_ptr<Engine>> Engine::create_ranks(const model::Model& whole,
   return leader;
 }
 
+Engine::Ranks::~Ranks() {
+  threads.reset();  // no rank is running
+  for (std::unique_ptr<Engine>& engine : others) {
+    const CurrentDevice on(engine->options_.device);  // its memory is freed on its GPU
+    engine.reset();
+  }
+  group.reset();
+}
+
 Engine& Engine::rank_engine(int r) { return r == 0 ? *this : *ranks_->others[size_t(r - 1)]; }
 
 Result<RequestId> Engine::add_request_on_ranks(std::vector<int32_t> prompt,
@@ -146,6 +157,7 @@ Result<RequestId> Engine::add_request_on_ranks(std::vector<int32_t> prompt,
   HYLA_ASSIGN_OR_RETURN(const RequestId id, rank_add_request(prompt, params));
   // The same checks against the same plan: every rank takes it, under the same id.
   for (size_t r = 0; r < ranks_->others.size(); ++r) {
+    const CurrentDevice on(ranks_->others[r]->options_.device);
     const Result<RequestId> same = ranks_->others[r]->rank_add_request(prompt, params);
     HYLA_CHECK(same.ok() && same.value() == id, "Engine: tensor-parallel rank ", r + 1,
                " did not queue request ", id, " as rank 0 did: ",
@@ -157,6 +169,7 @@ Result<RequestId> Engine::add_request_on_ranks(std::vector<int32_t> prompt,
 Status Engine::cancel_on_ranks(RequestId id) {
   HYLA_RETURN_IF_ERROR(rank_cancel(id));
   for (size_t r = 0; r < ranks_->others.size(); ++r) {
+    const CurrentDevice on(ranks_->others[r]->options_.device);
     const Status same = ranks_->others[r]->rank_cancel(id);
     HYLA_CHECK(same.ok(), "Engine: tensor-parallel rank ", r + 1, " could not cancel request ", id,
                " as rank 0 did: ", same.message());
@@ -174,6 +187,7 @@ std::vector<TokenEvent> Engine::step_ranks() {
   int first_failed = -1;  // the rank whose failure aborted the group (the others fail from it)
   ranks.threads->run([&](int r) {
     Engine& engine = rank_engine(r);
+    const CurrentDevice on(engine.options_.device);  // kept by the rank's thread from step to step
     try {
       events[size_t(r)] = engine.rank_step();
     } catch (const std::exception& e) {
@@ -213,6 +227,7 @@ std::vector<TokenEvent> Engine::step_ranks() {
   // The group is gone: every request still waiting or running ends with why, on every rank
   // (rank 0 may still hold one whose end `out` reports already: a rank failed after its sums).
   for (const std::unique_ptr<Engine>& other : ranks.others) {
+    const CurrentDevice on(other->options_.device);
     std::vector<TokenEvent> ignored;
     other->end_all(ranks.failure.message(), ignored);
   }
