@@ -153,12 +153,14 @@ Status run_requests(runtime::Engine& engine, const model::Model& model, const Ca
 /// Runs one case on a fresh engine sized for its requests (at most 3/4 of the device's available
 /// memory, as `hyla generate` does; refused beyond it).
 Result<Measured> run_case(const model::Model& model, Device device, const Case& c,
+                          const runtime::TensorParallelOptions& tensor_parallel,
                           bool profile = false) {
   model::LayerTimes step_layers;
   OpTimes step_ops;
   runtime::EngineOptions options;
   if (profile) options.layer_times = &step_layers;
   options.device = device;
+  options.tensor_parallel = tensor_parallel;
   options.max_batch_tokens = c.step_tokens;
   options.max_running = int64_t(c.prompts.size());
   options.allow_long_context = true;  // random ids: the model's context limit says nothing here
@@ -235,7 +237,10 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
   if (!device.ok()) return fail(err, device.status().message());
   Result<std::unique_ptr<model::Model>> model = model::load_model(model_dir);
   if (!model.ok()) return fail(err, str_cat(model_dir, ": ", model.status().message()));
-  model = model_on(std::move(model).value(), device.value());
+  Result<runtime::TensorParallelOptions> tp =
+      tensor_parallel_options(options.tensor_parallel, device.value());
+  if (!tp.ok()) return fail(err, tp.status().message());
+  model = model_on(std::move(model).value(), weights_device(device.value(), tp->ranks));
   if (!model.ok()) return fail(err, model.status().message());
   model.value()->set_linear_backends(
       model::parse_linear_attn_backends(options.linear_attn).value());
@@ -243,17 +248,19 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
   const std::string device_text = device_name(device.value());
   const std::optional<std::string> commit = source_commit();
   std::fprintf(out,
-               "hyla bench: %s (%s, %lld layers) on %s%s; prompts of random ids (seed %u), "
+               "hyla bench: %s (%s, %lld layers) on %s%s%s; prompts of random ids (seed %u), "
                "greedy\n\n",
                model_dir.c_str(), config.model_type.c_str(),
                static_cast<long long>(config.num_layers), device_text.c_str(),
+               tp->ranks > 1 ? str_cat(", ", tp->ranks, " tensor-parallel ranks").c_str() : "",
                commit ? str_cat(", commit ", *commit).c_str() : "", kPromptSeed);
   std::fflush(out);
 
   // Warm-up, not reported: first-call costs (allocator pools, library handles, page faults).
   const Result<Measured> warm = run_case(
       *model.value(), device.value(),
-      {"warm_up", {std::min<int64_t>(64, options.prompt.front())}, 2, options.step_tokens, false});
+      {"warm_up", {std::min<int64_t>(64, options.prompt.front())}, 2, options.step_tokens, false},
+      tp.value());
   if (!warm.ok()) return fail(err, str_cat("warm-up: ", warm.status().message()));
 
   if (options.workload == "prefix" || options.workload == "speculative") {
@@ -277,7 +284,7 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
   nlohmann::json results = nlohmann::json::array();
   int failed = 0;
   for (const Case& c : cases(options)) {
-    Result<Measured> m = run_case(*model.value(), device.value(), c);
+    Result<Measured> m = run_case(*model.value(), device.value(), c, tp.value());
     if (!m.ok()) {
       ++failed;
       std::fprintf(err, "hyla bench: %s: %s\n", c.name.c_str(), m.status().message().c_str());
@@ -292,7 +299,8 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
                           {"model_type", config.model_type},
                           {"tokens", m->tokens},
                           {"seconds", m->seconds},
-                          {"tokens_per_s", m->tokens_per_s()}};
+                          {"tokens_per_s", m->tokens_per_s()},
+                          {"tensor_parallel", tp->ranks}};
     if (commit) row["commit"] = *commit;
     results.push_back(row);
   }
@@ -310,7 +318,8 @@ int bench(const BenchOptions& options, std::FILE* out, std::FILE* err) {
     for (int p = 0; p <= kParts; ++p) std::fprintf(out, "---:|");
     std::fprintf(out, "\n");
     for (const Case& c : cases(options)) {
-      Result<Measured> m = run_case(*model.value(), device.value(), c, /*profile=*/true);
+      Result<Measured> m =
+          run_case(*model.value(), device.value(), c, tp.value(), /*profile=*/true);
       if (!m.ok() || m->steps == 0) {
         ++failed;
         std::fprintf(err, "hyla bench: %s (profile): %s\n", c.name.c_str(),
@@ -377,6 +386,14 @@ Status validate(const BenchOptions& o) {
   if (o.workload != "standard" && o.workload != "prefix" && o.workload != "speculative")
     return invalid_argument("--workload is '", o.workload,
                             "', expected standard, prefix or speculative");
+  if (o.tensor_parallel < 1)
+    return invalid_argument("--tensor-parallel is ", o.tensor_parallel,
+                            ", expected an integer >= 1 (1: off)");
+  if (o.tensor_parallel > 1 && o.workload != "standard")
+    return invalid_argument("--tensor-parallel ", o.tensor_parallel,
+                            " runs the standard workload "
+                            "only, not --workload ",
+                            o.workload);
   if (std::find(std::begin(kDeviceNames), std::end(kDeviceNames), o.device) ==
       std::end(kDeviceNames))
     return invalid_argument("--device is '", o.device, "', expected cpu, cuda or auto");

@@ -37,6 +37,9 @@ struct BenchOptions {
   /// Also run every case with the time split by layer kind (model/layer_times.h; synchronised at
   /// each layer, so slower): a second table of ms per step, and "layer_ms_per_step" in the JSON.
   bool profile = false;
+  /// The standard workload's cases with the model split by head over N ranks (threads on the
+  /// host, one GPU each on CUDA; cli/device.h tensor_parallel_options); 1: off.
+  int tensor_parallel = 1;
   /// --linear-attn-*-backend: which implementation runs each linear-attention phase
   /// (model/linear_backends.h); all unset: auto.
   model::LinearAttnBackendFlags linear_attn;

@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
                  "(decode with n-gram speculation off and on, repetitive and random prompts, "
                  "each --batch)")
       ->check(CLI::IsMember({"standard", "prefix", "speculative"}));
+  bn->add_option("--tensor-parallel", bench.tensor_parallel,
+                 "split the model by head over N ranks for the standard cases (on CUDA one GPU "
+                 "per rank, the sums by NCCL; --profile then shows the all-reduce per step)");
   bn->add_flag("--profile", bench.profile,
                "then run each case again with its time split by layer kind (ms per step; each "
                "layer waits for the device)");

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/op_times.h"
+
 namespace hyla::runtime {
 
 class LocalGroup::Member final : public model::AllReduce {
@@ -9,6 +11,7 @@ class LocalGroup::Member final : public model::AllReduce {
   Member(LocalGroup* group, int rank) : group_(group), rank_(rank) {}
 
   Status sum(const TensorView& x) override {
+    const OpScope scope("all_reduce", x.device(), Stream{});
     LocalGroup& g = *group_;
     const int n = g.ranks();
     if (dropped_) return aborted();

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/device_memory.h"
+#include "core/op_times.h"
 
 #if HYLA_WITH_NCCL
 #include <cuda_runtime.h>
@@ -33,6 +34,7 @@ class NcclGroup::Member final : public model::AllReduce {
                               x.is_contiguous() ? "" : " strided", " tensor; rank ", rank_,
                               " adds contiguous f32 tensors on ", device_name(device));
 #if HYLA_WITH_NCCL
+    const OpScope scope("all_reduce", device, current_stream());
     const std::lock_guard<std::mutex> lock(g.mutex_);
     if (g.aborted_)
       return internal_error("NcclGroup rank ", rank_, ": the group was aborted (rank ",

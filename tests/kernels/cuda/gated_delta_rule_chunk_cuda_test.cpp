@@ -303,7 +303,9 @@ void expect_cuda_matches_cpu(const ChunkCase& c, uint32_t seed,
   ASSERT_OK(gated_delta_rule_chunk(h.params));
   ASSERT_OK(gated_delta_rule_chunk(d.params));
   const bool tensor_cores = chunk_uses_tensor_cores(d.params);
-  if (tensor_cores_expected) EXPECT_EQ(tensor_cores, *tensor_cores_expected);
+  if (tensor_cores_expected) {
+    EXPECT_EQ(tensor_cores, *tensor_cores_expected);
+  }
   const auto tolerance = [&](const TensorView& want, DType dtype) {
     return tensor_cores ? tensor_core_tolerance(want, dtype) : values_tolerance(dtype);
   };
