@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine (see .library/device): the whole model on the GPU.
-#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|llama-build|llama-bench|sidebyside|prefix|spec|serve|all]...
+#   bash tools/gpu/model.sh [tests|demo|kbench|ckpt|bench|tpbench|llama-build|llama-bench|sidebyside|prefix|spec|serve|all]...
 #   (default: tests demo)
 # tests: build hyla + every GPU test, run `ctest -L gpu`. demo: `hyla generate --device cuda` on the
 # embedded demo model. kbench: the kernel benchmarks of bench/ (paged attention, MoE). ckpt: the benchmark checkpoint (../shared/tools/make_bench_checkpoint.py, Qwen3
@@ -11,6 +11,8 @@
 # sidebyside: all of it in one call (the machine is released 30 s after a call, so nothing survives
 # to the next): llama.cpp builds in the background while the checkpoint is written and `hyla bench`
 # runs, then llama.cpp converts and runs its rows (~9 min in all).
+# tpbench: with ckpt, `hyla bench` on one GPU and with --tensor-parallel over every GPU of the
+# machine (issue 27's x2 figures; one GPU: the single run only).
 # prefix: `hyla bench --workload prefix` on the demo model (the prefix cache off and on).
 # spec: `hyla bench --workload speculative` on the demo model, and `hyla generate` on a counting
 # prompt with speculation off and on.
@@ -131,6 +133,18 @@ fi
 if want bench; then
   echo "== hyla bench"
   timeout 400 $hyla bench --model "$ckpt" --device cuda --profile --json "$OUT/hyla_bench.json" 2>&1 | tail -80
+fi
+if want tpbench; then  # issue 27: the checkpoint on one GPU and split over every GPU, one call
+  gpus=$(nvidia-smi -L | wc -l)
+  echo "== hyla bench, 1 GPU"
+  timeout 300 $hyla bench --model "$ckpt" --device cuda --json "$OUT/tp1.json" 2>&1 | tail -12
+  if [[ $gpus -ge 2 ]]; then
+    echo "== hyla bench --tensor-parallel $gpus (--profile: the all-reduce per step)"
+    timeout 400 $hyla bench --model "$ckpt" --device cuda --tensor-parallel "$gpus" --profile \
+      --json "$OUT/tp$gpus.json" 2>&1 | tail -60
+  else
+    echo "one GPU: no tensor-parallel run"
+  fi
 fi
 if want llama-bench; then
   echo "== llama.cpp"
