@@ -386,9 +386,7 @@ Status validate(const BenchOptions& o) {
   if (o.workload != "standard" && o.workload != "prefix" && o.workload != "speculative")
     return invalid_argument("--workload is '", o.workload,
                             "', expected standard, prefix or speculative");
-  if (o.tensor_parallel < 1)
-    return invalid_argument("--tensor-parallel is ", o.tensor_parallel,
-                            ", expected an integer >= 1 (1: off)");
+  HYLA_RETURN_IF_ERROR(check_tensor_parallel(o.tensor_parallel));
   if (o.tensor_parallel > 1 && o.workload != "standard")
     return invalid_argument("--tensor-parallel ", o.tensor_parallel,
                             " runs the standard workload "

@@ -31,6 +31,13 @@ Result<std::unique_ptr<model::Model>> model_on(std::unique_ptr<model::Model> mod
   return model->to(device);
 }
 
+Status check_tensor_parallel(int ranks) {
+  if (ranks >= 1) return ok_status();
+  return invalid_argument("--tensor-parallel is ", ranks,
+                          ", expected an integer >= 1 (the ranks the model is split over by head; "
+                          "1: off)");
+}
+
 Result<runtime::TensorParallelOptions> tensor_parallel_options(int ranks, Device device) {
   runtime::TensorParallelOptions tp;
   tp.ranks = ranks;

@@ -33,6 +33,9 @@ inline Device weights_device(Device device, int tensor_parallel) {
   return tensor_parallel > 1 ? Device::cpu() : device;
 }
 
+/// --tensor-parallel's range. Error: N < 1, named.
+Status check_tensor_parallel(int ranks);
+
 /// EngineOptions::tensor_parallel for `ranks` ranks with the model on `device`: on the host, N
 /// threads of this process (the default group); on a CUDA device, one GPU per rank from device's
 /// index on, their sums added by NCCL. Errors: fewer GPUs visible than ranks; a build without

@@ -591,10 +591,7 @@ Status validate(const GenerateOptions& o) {
     return invalid_argument(
         "--prefix-cache-device-mib holds int8 snapshots only: add "
         "--prefix-cache-int8 on");
-  if (o.tensor_parallel < 1)
-    return invalid_argument("--tensor-parallel is ", o.tensor_parallel,
-                            ", expected an integer >= 1 (the ranks the model is split over by "
-                            "head; 1: off)");
+  HYLA_RETURN_IF_ERROR(check_tensor_parallel(o.tensor_parallel));
   if (std::count(o.prompt_ids.begin(), o.prompt_ids.end(), "-") > 1)
     return invalid_argument("--prompt-ids -: stdin holds one prompt, given more than once");
   return model::parse_linear_attn_backends(o.linear_attn).status();

@@ -69,10 +69,8 @@ int serve(const ServeOptions& options) {
                  static_cast<long long>(open_files), static_cast<long long>(wanted_files));
   if (options.port < 0 || options.port > 65535)
     return fail(str_cat("--port is ", options.port, ", expected an integer in [0, 65535]"));
-  if (options.tensor_parallel < 1)
-    return fail(str_cat("--tensor-parallel is ", options.tensor_parallel,
-                        ", expected an integer >= 1 (the ranks the model is split over by head; "
-                        "1: off)"));
+  if (const Status s = check_tensor_parallel(options.tensor_parallel); !s.ok())
+    return fail(s.message());
   const std::string dir = options.model_dir.empty() ? default_model_dir() : options.model_dir;
   if (!fs::exists(fs::path(dir) / "config.json"))
     return fail(str_cat("model folder ", dir, " has no config.json"));

@@ -77,21 +77,8 @@ Result<std::unique_ptr<Engine>> Engine::create_ranks(const model::Model& whole,
     return invalid_argument("Engine: tensor_parallel.devices names ", devices.size(),
                             " devices for ", N, " ranks");
 
-  std::unique_ptr<RankGroup> group;
-  if (tp.group) {
-    HYLA_ASSIGN_OR_RETURN(group, tp.group(devices));
-  } else {
-    for (int r = 0; r < N; ++r)
-      if (!devices[size_t(r)].is_cpu())
-        return invalid_argument("Engine: tensor-parallel rank ", r, " is on ",
-                                device_name(devices[size_t(r)]),
-                                ", but the CPU group (LocalGroup) adds host tensors only: ranks "
-                                "on CUDA devices need a device communicator (NCCL), which this "
-                                "build does not have");
-    Result<std::unique_ptr<LocalGroup>> local = LocalGroup::create(N);
-    if (!local.ok()) return local.status();
-    group = std::move(local).value();
-  }
+  const RankGroupFactory make_group = tp.group ? tp.group : local_group_factory();
+  HYLA_ASSIGN_OR_RETURN(std::unique_ptr<RankGroup> group, make_group(devices));
   if (group->ranks() != N)
     return invalid_argument("Engine: the tensor-parallel group has ", group->ranks(),
                             " ranks, expected ", N);

@@ -96,4 +96,18 @@ void LocalGroup::leave(int r) {
   if (r >= 0 && r < ranks()) (void)members_[size_t(r)]->drop();
 }
 
+RankGroupFactory local_group_factory() {
+  return [](const std::vector<Device>& devices) -> Result<std::unique_ptr<RankGroup>> {
+    for (size_t r = 0; r < devices.size(); ++r)
+      if (!devices[r].is_cpu())
+        return invalid_argument("tensor-parallel rank ", r, " is on ", device_name(devices[r]),
+                                ", but the CPU group (LocalGroup) adds host tensors only: ranks "
+                                "on CUDA devices need a device communicator "
+                                "(runtime/tp/nccl_group)");
+    HYLA_ASSIGN_OR_RETURN(std::unique_ptr<LocalGroup> group,
+                          LocalGroup::create(int(devices.size())));
+    return std::unique_ptr<RankGroup>(std::move(group));
+  };
+}
+
 }  // namespace hyla::runtime

@@ -47,4 +47,8 @@ class LocalGroup final : public RankGroup {
   std::atomic<bool> aborted_{false};
 };
 
+/// The RankGroupFactory of LocalGroup (the engine's default). Error: a rank on a device other
+/// than the host, named.
+RankGroupFactory local_group_factory();
+
 }  // namespace hyla::runtime
