@@ -37,45 +37,14 @@ constexpr int kThreads = 256;            // both main kernels: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kTileV = 32;  // value rows of the state per block of the state kernel
 
-/// Everything the kernels read and write; strides in elements.
-struct ChunkArgs {
-  const void* q;  // [T, H, d_k]
-  const void* k;  // [T, H, d_k]
-  const void* v;  // [T, HV, d_v]
-  void* o;        // [T, HV, d_v]
-  int64_t q_stride_t, q_stride_h, k_stride_t, k_stride_h;
-  int64_t v_stride_t, v_stride_h, o_stride_t, o_stride_h;
-  bool q_bf16, k_bf16, v_bf16, o_bf16;
-  const float* g;  // [T, HV] (GDN) or [T, HV, d_k] (KDA), last dim contiguous
-  int64_t g_stride_t, g_stride_h;
-  bool per_channel;
-  const float* beta;  // [T, HV]
-  int64_t beta_stride_t, beta_stride_h;
-  const int32_t* cu;  // [B+1]
-  int64_t cu_stride;
-  void* pool;  // [slots, HV, d_v, d_k] contiguous; null when no slot array is given
-  bool pool_bf16;
-  int64_t num_slots;
-  const int32_t* initial_slots;  // [B] or null (zero initial states)
-  int64_t initial_stride;
-  const int32_t* final_slots;  // [B] or null (no commit)
-  int64_t final_stride;
-  float* chunk_states;  // [num_chunk_states, HV, d_v, d_k] contiguous, or null
-  int64_t num_chunk_states;
-  bool l2norm;
-  float scale;
-  int T, B, HV, group, d_k, d_v;
-  // workspace regions (ChunkWorkspaceLayout)
-  int max_chunks;
-  int32_t* chunk_first;     // [B+1]
-  int32_t* chunk_seq;       // [max_chunks]
-  int32_t* boundary_first;  // [B]
-  float* w;                 // [T, HV, d_k]
-  float* u;                 // [T, HV, d_v]
-  float* qg;                // [T, HV, d_k]
-  float* kd;                // [T, HV, d_k]
-  float* aqk;               // [T, HV, 64]
-  float* decay;             // [max_chunks, HV, d_k or 1]
+/// The call's operands (ChunkCall) and this body's workspace regions.
+struct ChunkArgs : ChunkCall {
+  float* w;      // [T, HV, d_k]
+  float* u;      // [T, HV, d_v]
+  float* qg;     // [T, HV, d_k]
+  float* kd;     // [T, HV, d_k]
+  float* aqk;    // [T, HV, 64]
+  float* decay;  // [max_chunks, HV, d_k or 1]
 };
 
 __device__ __forceinline__ float load_elem(const void* base, bool bf16, int64_t i) {
@@ -126,8 +95,8 @@ __global__ void __launch_bounds__(kThreads)
 
   // q, k rows (one warp per token): l2norm over d_k (eps inside the sqrt), then q * scale.
   for (int t = warp; t < n; t += kWarps) {
-    const int64_t qo = int64_t(t0 + t) * a.q_stride_t + int64_t(kh) * a.q_stride_h;
-    const int64_t ko = int64_t(t0 + t) * a.k_stride_t + int64_t(kh) * a.k_stride_h;
+    const int64_t qo = int64_t(t0 + t) * a.q_st + int64_t(kh) * a.q_sh;
+    const int64_t ko = int64_t(t0 + t) * a.k_st + int64_t(kh) * a.k_sh;
     float qss = 0.0f, kss = 0.0f;
     for (int c = lane; c < d_k; c += 32) {
       const float qc = load_elem(a.q, a.q_bf16, qo + c), kc = load_elem(a.k, a.k_bf16, ko + c);
@@ -149,13 +118,13 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = threadIdx.x; c < gdim; c += kThreads) {
     float G = 0.0f;
     for (int t = 0; t < n; ++t) {
-      const float g = a.g[int64_t(t0 + t) * a.g_stride_t + int64_t(hv) * a.g_stride_h + c];
+      const float g = a.g[int64_t(t0 + t) * a.g_st + int64_t(hv) * a.g_sh + c];
       G = t ? g + G : g;
       G_s[t * gdim + c] = G;
     }
   }
   for (int t = threadIdx.x; t < n; t += kThreads)
-    beta_s[t] = a.beta[int64_t(t0 + t) * a.beta_stride_t + int64_t(hv) * a.beta_stride_h];
+    beta_s[t] = a.beta[int64_t(t0 + t) * a.beta_st + int64_t(hv) * a.beta_sh];
   __syncthreads();
 
   // A_kk (shared) and A_qk (workspace row of token t0 + t): one warp per row t, lanes over d_k.
@@ -202,8 +171,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int t = 0; t < n; ++t) {
       float rhs;
       if (is_u) {
-        rhs = load_elem(a.v, a.v_bf16,
-                        int64_t(t0 + t) * a.v_stride_t + int64_t(hv) * a.v_stride_h + c) *
+        rhs = load_elem(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + c) *
               beta_s[t];
       } else {
         rhs = beta_s[t] * k_s[t * d_k + c] * expf(G_s[t * gdim + (a.per_channel ? c : 0)]);
@@ -302,8 +270,7 @@ __global__ void __launch_bounds__(kThreads)
       float qs = 0.0f, ad = 0.0f;
       for (int c = 0; c < d_k; ++c) qs += buf[t * d_k + c] * st[r * ld + c];
       for (int j = 0; j <= t; ++j) ad += aqk_s[t * kChunk + j] * delta_s[j * kTileV + r];
-      store_elem(a.o, a.o_bf16,
-                 int64_t(t0 + t) * a.o_stride_t + int64_t(hv) * a.o_stride_h + v0 + r, qs + ad);
+      store_elem(a.o, a.o_bf16, int64_t(t0 + t) * a.o_st + int64_t(hv) * a.o_sh + v0 + r, qs + ad);
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n * d_k; i += kThreads) {
@@ -356,46 +323,8 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   if (shape.HV == 0 || shape.d_v == 0) return ok_status();  // o and the states are empty
 
   ChunkArgs a{};
-  a.q = p.q.raw();
-  a.k = p.k.raw();
-  a.v = p.v.raw();
-  a.o = p.o.raw();
-  a.q_stride_t = p.q.stride(0), a.q_stride_h = p.q.stride(1);
-  a.k_stride_t = p.k.stride(0), a.k_stride_h = p.k.stride(1);
-  a.v_stride_t = p.v.stride(0), a.v_stride_h = p.v.stride(1);
-  a.o_stride_t = p.o.stride(0), a.o_stride_h = p.o.stride(1);
-  a.q_bf16 = p.q.dtype() == DType::kBF16;
-  a.k_bf16 = p.k.dtype() == DType::kBF16;
-  a.v_bf16 = p.v.dtype() == DType::kBF16;
-  a.o_bf16 = p.o.dtype() == DType::kBF16;
-  a.g = ptr<const float>(p.g);
-  a.g_stride_t = p.g.stride(0), a.g_stride_h = p.g.stride(1);
-  a.per_channel = shape.per_channel;
-  a.beta = ptr<const float>(p.beta);
-  a.beta_stride_t = p.beta.stride(0), a.beta_stride_h = p.beta.stride(1);
-  a.cu = ptr<const int32_t>(p.cu_seqlens);
-  a.cu_stride = p.cu_seqlens.stride(0);
-  const bool uses_pool = p.initial_slots.defined() || p.final_slots.defined();
-  a.pool = uses_pool ? p.state_pool.raw() : nullptr;
-  a.pool_bf16 = uses_pool && p.state_pool.dtype() == DType::kBF16;
-  a.num_slots = uses_pool ? p.state_pool.size(0) : 0;
-  a.initial_slots = p.initial_slots.defined() ? ptr<const int32_t>(p.initial_slots) : nullptr;
-  a.initial_stride = p.initial_slots.defined() ? p.initial_slots.stride(0) : 0;
-  a.final_slots = p.final_slots.defined() ? ptr<const int32_t>(p.final_slots) : nullptr;
-  a.final_stride = p.final_slots.defined() ? p.final_slots.stride(0) : 0;
-  a.chunk_states = p.chunk_states.defined() ? ptr<float>(p.chunk_states) : nullptr;
-  a.num_chunk_states = p.chunk_states.defined() ? p.chunk_states.size(0) : 0;
-  a.l2norm = p.use_qk_l2norm;
-  a.scale = p.scale > 0.0f ? p.scale : 1.0f / sqrtf(float(shape.d_k));
-  a.T = int(shape.T), a.B = int(shape.B), a.HV = int(shape.HV);
-  a.group = int(shape.HV / p.q.size(1));
-  a.d_k = int(shape.d_k), a.d_v = int(shape.d_v);
-
+  static_cast<ChunkCall&>(a) = chunk_call(p, shape, layout);
   float* ws = ptr<float>(p.workspace);
-  a.max_chunks = int(layout.max_chunks);
-  a.chunk_first = reinterpret_cast<int32_t*>(ws + layout.chunk_first);
-  a.chunk_seq = reinterpret_cast<int32_t*>(ws + layout.chunk_seq);
-  a.boundary_first = reinterpret_cast<int32_t*>(ws + layout.boundary_first);
   a.w = ws + layout.w;
   a.u = ws + layout.u;
   a.qg = ws + layout.qg;
@@ -409,15 +338,7 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   allow_smem(chunk_prepare_kernel, prepare_smem_floats(max_dk, /*per_channel=*/true), prepare_once);
   allow_smem(chunk_state_kernel, state_smem_floats(max_dk), state_once);
 
-  chunk_plan_kernel<<<1, 1, 0, s>>>(ChunkPlan{.cu = a.cu,
-                                              .cu_stride = a.cu_stride,
-                                              .T = a.T,
-                                              .B = a.B,
-                                              .max_chunks = a.max_chunks,
-                                              .chunk_first = a.chunk_first,
-                                              .chunk_seq = a.chunk_seq,
-                                              .boundary_first = a.boundary_first});
-  HYLA_CUDA_CHECK_LAUNCH();
+  launch_chunk_plan(a, s);
   if (layout.max_chunks > 0) {
     const size_t smem = size_t(prepare_smem_floats(a.d_k, a.per_channel)) * sizeof(float);
     chunk_prepare_kernel<<<dim3(unsigned(layout.max_chunks), unsigned(a.HV)), kThreads, smem, s>>>(

@@ -51,36 +51,9 @@ constexpr int kLdCC = kC + 8;        // bf16 row pitch of 64x64 tiles (144 B)
 constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fragments hit distinct
                                      // banks)
 
-struct MmaArgs {
-  const void* q;  // [T, H, 128]
-  const void* k;  // [T, H, 128]
-  const void* v;  // [T, HV, d_v]
-  void* o;        // [T, HV, d_v]
-  int64_t q_st, q_sh, k_st, k_sh, v_st, v_sh, o_st, o_sh;
-  bool q_bf16, k_bf16, v_bf16, o_bf16;
-  bool o_vec;      // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
-  const float* g;  // [T, HV]
-  int64_t g_st, g_sh;
-  const float* beta;  // [T, HV]
-  int64_t beta_st, beta_sh;
-  const int32_t* cu;
-  int64_t cu_stride;
-  void* pool;  // [slots, HV, d_v, 128]
-  bool pool_bf16;
-  int64_t num_slots;
-  const int32_t* initial_slots;
-  int64_t initial_stride;
-  const int32_t* final_slots;
-  int64_t final_stride;
-  float* chunk_states;  // [N, HV, d_v, 128] or null
-  int64_t num_chunk_states;
-  bool l2norm;
-  float scale;
-  int T, B, H, HV, group, d_v;
-  int max_chunks;
-  int32_t* chunk_first;
-  int32_t* chunk_seq;
-  int32_t* boundary_first;
+/// The call's operands (ChunkCall) and this body's workspace regions.
+struct MmaArgs : ChunkCall {
+  bool o_vec;  // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
   bf16* tmat;  // [max_chunks, HV, 64, 64]
   bf16* aqk;   // [max_chunks, HV, 64, 64]
   float* vec;  // [max_chunks, HV, 4, 64]: kg, qg, kd, G (ChunkWorkspaceLayout::tc_vec)
@@ -853,50 +826,13 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   if (shape.HV == 0) return ok_status();
 
   MmaArgs a{};
-  a.q = p.q.raw();
-  a.k = p.k.raw();
-  a.v = p.v.raw();
-  a.o = p.o.raw();
-  a.q_st = p.q.stride(0), a.q_sh = p.q.stride(1);
-  a.k_st = p.k.stride(0), a.k_sh = p.k.stride(1);
-  a.v_st = p.v.stride(0), a.v_sh = p.v.stride(1);
-  a.o_st = p.o.stride(0), a.o_sh = p.o.stride(1);
-  a.q_bf16 = p.q.dtype() == DType::kBF16;
-  a.k_bf16 = p.k.dtype() == DType::kBF16;
-  a.v_bf16 = p.v.dtype() == DType::kBF16;
-  a.o_bf16 = p.o.dtype() == DType::kBF16;
+  static_cast<ChunkCall&>(a) = chunk_call(p, shape, layout);
   {
     const int64_t per16 = a.o_bf16 ? 8 : 4;
     a.o_vec = p.o.stride(2) == 1 && a.o_st % per16 == 0 && a.o_sh % per16 == 0 &&
               reinterpret_cast<uintptr_t>(a.o) % 16 == 0;
   }
-  a.g = ptr<const float>(p.g);
-  a.g_st = p.g.stride(0), a.g_sh = p.g.stride(1);
-  a.beta = ptr<const float>(p.beta);
-  a.beta_st = p.beta.stride(0), a.beta_sh = p.beta.stride(1);
-  a.cu = ptr<const int32_t>(p.cu_seqlens);
-  a.cu_stride = p.cu_seqlens.stride(0);
-  const bool uses_pool = p.initial_slots.defined() || p.final_slots.defined();
-  a.pool = uses_pool ? p.state_pool.raw() : nullptr;
-  a.pool_bf16 = uses_pool && p.state_pool.dtype() == DType::kBF16;
-  a.num_slots = uses_pool ? p.state_pool.size(0) : 0;
-  a.initial_slots = p.initial_slots.defined() ? ptr<const int32_t>(p.initial_slots) : nullptr;
-  a.initial_stride = p.initial_slots.defined() ? p.initial_slots.stride(0) : 0;
-  a.final_slots = p.final_slots.defined() ? ptr<const int32_t>(p.final_slots) : nullptr;
-  a.final_stride = p.final_slots.defined() ? p.final_slots.stride(0) : 0;
-  a.chunk_states = p.chunk_states.defined() ? ptr<float>(p.chunk_states) : nullptr;
-  a.num_chunk_states = p.chunk_states.defined() ? p.chunk_states.size(0) : 0;
-  a.l2norm = p.use_qk_l2norm;
-  a.scale = p.scale > 0.0f ? p.scale : 1.0f / sqrtf(float(kD));
-  a.T = int(shape.T), a.B = int(shape.B), a.H = int(shape.H), a.HV = int(shape.HV);
-  a.group = int(shape.HV / shape.H);
-  a.d_v = int(shape.d_v);
-
   float* ws = ptr<float>(p.workspace);
-  a.max_chunks = int(layout.max_chunks);
-  a.chunk_first = reinterpret_cast<int32_t*>(ws + layout.chunk_first);
-  a.chunk_seq = reinterpret_cast<int32_t*>(ws + layout.chunk_seq);
-  a.boundary_first = reinterpret_cast<int32_t*>(ws + layout.boundary_first);
   a.tmat = reinterpret_cast<bf16*>(ws + layout.tc_t);
   a.aqk = reinterpret_cast<bf16*>(ws + layout.tc_aqk);
   a.vec = ws + layout.tc_vec;
@@ -916,15 +852,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   }
 
   const cudaStream_t s = to_cuda(stream);
-  chunk_plan_kernel<<<1, 1, 0, s>>>(ChunkPlan{.cu = a.cu,
-                                              .cu_stride = a.cu_stride,
-                                              .T = a.T,
-                                              .B = a.B,
-                                              .max_chunks = a.max_chunks,
-                                              .chunk_first = a.chunk_first,
-                                              .chunk_seq = a.chunk_seq,
-                                              .boundary_first = a.boundary_first});
-  HYLA_CUDA_CHECK_LAUNCH();
+  launch_chunk_plan(a, s);
   if (a.max_chunks > 0 && a.H > 0) {
     static std::once_flag once;
     allow_smem(mma_prepare_kernel, sizeof(PrepareSmem), once);
