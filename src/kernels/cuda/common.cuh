@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/device_memory.h"
@@ -25,6 +28,27 @@ inline cudaStream_t to_cuda(Stream s) {
 #define HYLA_CUDA_CHECK_LAUNCH() HYLA_CUDA_CHECK(cudaGetLastError())
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Raises `kernel`'s dynamic shared memory limit (48 KB unless raised) to `bytes` on the current
+/// device when it is below. The limit is a per-device attribute, so each GPU that a
+/// tensor-parallel rank runs on gets its own call.
+inline void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  if (bytes <= size_t{48} << 10) return;
+  int device = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> raised;  // (kernel, device) -> limit
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& limit = raised[{kernel, device}];
+  if (bytes <= limit) return;
+  HYLA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  limit = bytes;
+}
+template <typename... Args>
+void allow_dynamic_smem(void (*kernel)(Args...), size_t bytes) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
 
 // ---- element types: f32 and bf16 activations / weights, read and written through float ----
 __device__ __forceinline__ float to_float(float x) { return x; }

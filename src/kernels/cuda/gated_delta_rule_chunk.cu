@@ -21,7 +21,6 @@
 // Layouts: q, k [T, H, d_k]; v, o [T, HV, d_v] (last dim contiguous, f32|bf16); g [T, HV] or
 // [T, HV, d_k] f32; state pool [slot, HV, d_v, d_k] f32|bf16 (S^T, d_k contiguous). d_k <= 128.
 #include <algorithm>
-#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta_rule_chunk_plan.cuh"
@@ -304,16 +303,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// Raises a kernel's dynamic shared memory limit to what d_k = kCudaChunkMaxKeyDim needs, once.
-template <typename Kernel>
-void allow_smem(Kernel kernel, int floats, std::once_flag& once) {
-  static_assert(sizeof(float) == 4);
-  std::call_once(once, [&] {
-    HYLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         floats * int(sizeof(float))));
-  });
-}
-
 }  // namespace
 
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
@@ -333,10 +322,10 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   a.decay = ws + layout.decay;
 
   const cudaStream_t s = to_cuda(stream);
-  static std::once_flag prepare_once, state_once;
-  const int max_dk = int(kCudaChunkMaxKeyDim);
-  allow_smem(chunk_prepare_kernel, prepare_smem_floats(max_dk, /*per_channel=*/true), prepare_once);
-  allow_smem(chunk_state_kernel, state_smem_floats(max_dk), state_once);
+  const int max_dk = int(kCudaChunkMaxKeyDim);  // the limits d_k = 128 needs
+  allow_dynamic_smem(chunk_prepare_kernel,
+                     size_t(prepare_smem_floats(max_dk, /*per_channel=*/true)) * sizeof(float));
+  allow_dynamic_smem(chunk_state_kernel, size_t(state_smem_floats(max_dk)) * sizeof(float));
 
   launch_chunk_plan(a, s);
   if (layout.max_chunks > 0) {

@@ -30,7 +30,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta_rule_chunk_plan.cuh"
@@ -791,14 +790,6 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
     }
 }
 
-template <typename Kernel>
-void allow_smem(Kernel kernel, size_t bytes, std::once_flag& once) {
-  std::call_once(once, [&] {
-    HYLA_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  });
-}
-
 int sm_count() {
   static const int count = [] {
     int device = 0, n = 0;
@@ -811,8 +802,7 @@ int sm_count() {
 
 template <int VT>
 void launch_state(const MmaArgs& a, cudaStream_t s) {
-  static std::once_flag once;
-  allow_smem(mma_state_kernel<VT>, sizeof(StateSmem<VT>), once);
+  allow_dynamic_smem(mma_state_kernel<VT>, sizeof(StateSmem<VT>));
   mma_state_kernel<VT><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 8,
                          sizeof(StateSmem<VT>), s>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
@@ -854,8 +844,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   const cudaStream_t s = to_cuda(stream);
   launch_chunk_plan(a, s);
   if (a.max_chunks > 0 && a.H > 0) {
-    static std::once_flag once;
-    allow_smem(mma_prepare_kernel, sizeof(PrepareSmem), once);
+    allow_dynamic_smem(mma_prepare_kernel, sizeof(PrepareSmem));
     mma_prepare_kernel<<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))), 128,
                          sizeof(PrepareSmem), s>>>(a);
     HYLA_CUDA_CHECK_LAUNCH();

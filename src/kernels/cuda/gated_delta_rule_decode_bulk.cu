@@ -4,9 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <mutex>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta_rule_decode_common.cuh"
 
 namespace hyla::kernels::cuda::decode_detail {
@@ -236,12 +236,7 @@ Status launch_bulk(const StepArgs& args, int B, cudaStream_t stream) {
         "state pools");
   auto* kernel = decode_bulk_kernel<Ts, kKda, kDk>;
   constexpr uint32_t smem = bulk_smem_bytes<Ts, kDk>();
-  static std::once_flag once;
-  static cudaError_t set = cudaSuccess;
-  std::call_once(once, [&] {
-    set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  });
-  HYLA_CUDA_CHECK(set);
+  allow_dynamic_smem(kernel, smem);
   kernel<<<dim3(unsigned(args.H), unsigned(B)), 32 * kBulkWarps, smem, stream>>>(args);
   HYLA_CUDA_CHECK(cudaGetLastError());
   return ok_status();

@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -447,24 +446,11 @@ Args<P> make_args(const PagedAttentionParams& p) {
   return a;
 }
 
-/// Raises `kernel`'s dynamic shared-memory limit to `bytes` when `allowed` (that kernel's limit so
-/// far; the default is 48 KB) is below: d 256 needs ~75 KB, d 512 up to ~170 KB of the H200's 227.
-template <typename Kernel>
-void allow_smem(Kernel kernel, size_t bytes, std::atomic<size_t>& allowed) {
-  if (bytes <= allowed.load()) return;
-  HYLA_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  size_t seen = allowed.load();
-  while (seen < bytes && !allowed.compare_exchange_weak(seen, bytes)) {
-  }
-}
-
 template <typename P, int RW, int VC>
 void launch(const Args<P>& a, int64_t blocks_x, cudaStream_t stream) {
   const auto kernel = attention_kernel<P, RW, VC>;
   const size_t smem = size_t(smem_floats(a.dq4, a.dv4, kWarps * RW)) * sizeof(float);
-  static std::atomic<size_t> allowed{48 * 1024};  // one limit per instantiation
-  allow_smem(kernel, smem, allowed);
+  allow_dynamic_smem(kernel, smem);  // d 256 needs ~75 KB, d 512 up to ~170 KB of the 227
   const dim3 grid(unsigned(blocks_x), unsigned(a.head_chunks * (a.HQ / a.group)),
                   unsigned(a.splits));  // (token or query tile, kv head x head chunk, split)
   kernel<<<grid, kThreads, smem, stream>>>(a);
