@@ -29,11 +29,11 @@ inline cudaStream_t to_cuda(Stream s) {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// Raises `kernel`'s dynamic shared memory limit (48 KB unless raised) to `bytes` on the current
-/// device when it is below. The limit is a per-device attribute, so each GPU that a
-/// tensor-parallel rank runs on gets its own call.
+/// Raises `kernel`'s dynamic shared memory limit to `bytes` on the current device, once per
+/// (kernel, device). The default limit is 48 KB less the kernel's static shared memory, so even a
+/// 48 KB request needs the call when the kernel also declares static shared memory (mbarriers).
+/// The limit is a per-device attribute: each GPU that a tensor-parallel rank runs on gets its own.
 inline void allow_dynamic_smem(const void* kernel, size_t bytes) {
-  if (bytes <= size_t{48} << 10) return;
   int device = 0;
   HYLA_CUDA_CHECK(cudaGetDevice(&device));
   static std::mutex mutex;
