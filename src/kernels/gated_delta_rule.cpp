@@ -134,21 +134,24 @@ bool bf16_rows(const TensorView& x) {
 }  // namespace
 
 bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p) {
-  return p.q.device().is_cuda() && p.g.ndim() == 2 && p.q.size(2) == 128 && p.k.size(2) == 128 &&
+  return p.q.device().is_cuda() && p.q.size(2) == 128 && p.k.size(2) == 128 &&
          p.v.size(2) % 32 == 0 && p.v.size(2) > 0;
 }
 
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
   const bool tc = chunk_uses_tensor_cores(p);
+  const bool per_channel = p.g.ndim() == 3;
+  const bool rows_as_they_are =
+      bf16_rows(p.v) && (per_channel || (bf16_rows(p.q) && bf16_rows(p.k)));
   return {.T = p.q.size(0),
           .B = p.cu_seqlens.size(0) - 1,
           .H = p.q.size(1),
           .HV = p.v.size(1),
           .d_k = p.q.size(2),
           .d_v = p.v.size(2),
-          .per_channel = p.g.ndim() == 3,
+          .per_channel = per_channel,
           .tensor_cores = tc,
-          .bf16_copies = tc && !(bf16_rows(p.q) && bf16_rows(p.k) && bf16_rows(p.v))};
+          .bf16_copies = tc && !rows_as_they_are};
 }
 
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
@@ -171,10 +174,14 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
     const int64_t chunk_heads = l.max_chunks * s.HV;
     l.tc_t = take(chunk_heads * C * C / 2);
     l.tc_aqk = take(chunk_heads * C * C / 2);
-    l.tc_vec = take(chunk_heads * 4 * C);
+    l.tc_vec = take(chunk_heads * 4 * C);  // KDA's d_k = 128 decays fit in its 4 x 64
+    const int64_t kda = s.per_channel ? 1 : 0;
+    l.tc_kg = take(kda * chunk_heads * C * s.d_k / 2);
+    l.tc_qg = take(kda * chunk_heads * C * s.d_k / 2);
+    l.tc_kd = take(kda * chunk_heads * C * s.d_k / 2);
     const int64_t copies = s.bf16_copies ? 1 : 0;
-    l.tc_q = take(copies * s.T * s.H * s.d_k / 2);
-    l.tc_k = take(copies * s.T * s.H * s.d_k / 2);
+    l.tc_q = take(copies * (1 - kda) * s.T * s.H * s.d_k / 2);
+    l.tc_k = take(copies * (1 - kda) * s.T * s.H * s.d_k / 2);
     l.tc_v = take(copies * (s.T * s.HV * s.d_v + 1) / 2);
   } else {
     l.w = take(s.T * s.HV * s.d_k);

@@ -100,13 +100,15 @@ struct ChunkWorkspaceShape {
   bool per_channel;
   /// The tensor-core body takes the call (chunk_uses_tensor_cores).
   bool tensor_cores;
-  /// ... and q, k, v are not bf16 rows it can read as they are: it works on bf16 copies.
+  /// ... and the rows it reads are not bf16 rows it can take as they are (GDN: q, k, v; KDA: v,
+  /// since its q and k enter through the scaled tiles tc_kg / tc_qg / tc_kd): it works on bf16
+  /// copies.
   bool bf16_copies;
 };
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p);
 /// True when a CUDA chunk call of p runs the tensor-core body (cuda/gated_delta_rule_chunk_mma.cu):
-/// the scalar gate (GDN), d_k = 128, d_v a multiple of 32. bf16 operands with fp32 accumulation
-/// and an fp32 state; other shapes take the fp32 body.
+/// GDN or KDA, d_k = 128, d_v a multiple of 32. bf16 operands with fp32 accumulation and an fp32
+/// state; other shapes take the fp32 body.
 bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p);
 /// Regions of the CUDA chunk workspace, offsets in 4-byte words from its start. A chunk is 64
 /// tokens of one sequence (its last one may be shorter); there are at most max_chunks =
@@ -127,13 +129,17 @@ struct ChunkWorkspaceLayout {
   // tensor-core body (chunk-major, padded to 64 tokens; zeros past a sequence's end)
   int64_t tc_t;    ///< [max_chunks, HV, 64, 64] bf16: (I + A_kk)^-1 Diag(beta)
   int64_t tc_aqk;  ///< [max_chunks, HV, 64, 64] bf16: A_qk, the decays inside
-  /// [max_chunks, HV, 4, 64] f32, per token t of the chunk (G: the in-chunk cumulative log decay,
-  /// n: the chunk's length; |q| and |k| mean 1 without l2norm; zeros past n but G):
-  /// exp(G_t) / |k_t|, scale exp(G_t) / |q_t|, exp(G_{n-1} - G_t) / |k_t|, G_t.
+  /// [max_chunks, HV, 4, 64] f32. GDN, per token t of the chunk (G: the in-chunk cumulative log
+  /// decay, n: the chunk's length; |q| and |k| mean 1 without l2norm; zeros past n but G):
+  /// exp(G_t) / |k_t|, scale exp(G_t) / |q_t|, exp(G_{n-1} - G_t) / |k_t|, G_t. KDA: the first
+  /// d_k floats, exp(G_{n-1}[c]) per key channel c.
   int64_t tc_vec;
-  int64_t tc_q;   ///< bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k, tc_v)
+  /// KDA: [max_chunks, HV, 64, d_k] bf16 each (zeros past n): K exp(G) / |k|, scale Q exp(G) / |q|
+  /// and K exp(G_{n-1} - G) / |k|, per channel; empty for GDN.
+  int64_t tc_kg, tc_qg, tc_kd;
+  int64_t tc_q;   ///< GDN with bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k)
   int64_t tc_k;   ///< [T, H, d_k] bf16
-  int64_t tc_v;   ///< [T, HV, d_v] bf16
+  int64_t tc_v;   ///< bf16_copies: [T, HV, d_v] bf16 copy of v, else empty
   int64_t bytes;  ///< total size
 };
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s);

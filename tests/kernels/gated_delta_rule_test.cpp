@@ -1274,8 +1274,8 @@ TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
   struct Body {
     bool per_channel, tensor_cores, bf16_copies;
   };
-  const Body bodies[] = {
-      {false, false, false}, {true, false, false}, {false, true, false}, {false, true, true}};
+  const Body bodies[] = {{false, false, false}, {true, false, false}, {false, true, false},
+                         {false, true, true},   {true, true, false},  {true, true, true}};
   for (const std::vector<int32_t>& lens : batches) {
     for (const Body& body : bodies) {
       int64_t T = 0, chunks = 0;
@@ -1304,12 +1304,17 @@ TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
                                                           {l.chunk_seq, l.max_chunks},
                                                           {l.boundary_first, shape.B}};
       if (body.tensor_cores) {
-        const int64_t copies = body.bf16_copies ? 1 : 0;
+        // KDA: the scaled q / k tiles per chunk and value head; copies of v only.
+        const int64_t copies = body.bf16_copies ? 1 : 0, kda = body.per_channel ? 1 : 0;
+        const int64_t tile = kda * l.max_chunks * shape.HV * kc * d_k / 2;
         regions.insert(regions.end(), {{l.tc_t, l.max_chunks * shape.HV * kc * kc / 2},
                                        {l.tc_aqk, l.max_chunks * shape.HV * kc * kc / 2},
-                                       {l.tc_vec, l.max_chunks * shape.HV * 4 * kc},
-                                       {l.tc_q, copies * T * shape.H * d_k / 2},
-                                       {l.tc_k, copies * T * shape.H * d_k / 2},
+                                       {l.tc_vec, l.max_chunks * shape.HV * std::max(4 * kc, d_k)},
+                                       {l.tc_kg, tile},
+                                       {l.tc_qg, tile},
+                                       {l.tc_kd, tile},
+                                       {l.tc_q, copies * (1 - kda) * T * shape.H * d_k / 2},
+                                       {l.tc_k, copies * (1 - kda) * T * shape.H * d_k / 2},
                                        {l.tc_v, copies * (T * shape.HV * shape.d_v + 1) / 2}});
       } else {
         regions.insert(regions.end(), {{l.w, T * shape.HV * shape.d_k},

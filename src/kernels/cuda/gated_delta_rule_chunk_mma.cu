@@ -1,7 +1,7 @@
-// Tensor-core body of gated_delta_rule_chunk (kernels/gated_delta_rule.h) for the scalar gate
-// (GDN), d_k = 128 and d_v a multiple of 32: bf16 operands into mma.sync m16n8k16 with fp32
-// accumulation, the state kept in fp32 registers. cpu/gated_delta_rule.cpp (chunk_step) is the
-// specification; gated_delta_rule_chunk.cu is the fp32 body of every other shape.
+// Tensor-core body of gated_delta_rule_chunk (kernels/gated_delta_rule.h) for GDN's scalar gate and
+// KDA's per-channel one, d_k = 128 and d_v a multiple of 32: bf16 operands into mma.sync m16n8k16
+// with fp32 accumulation, the state kept in fp32 registers. cpu/gated_delta_rule.cpp (chunk_step)
+// is the specification; gated_delta_rule_chunk.cu is the fp32 body of every other shape.
 //
 // Per chunk of n <= 64 tokens of one sequence and value head, with G_t = sum_{s<=t} g_s (within
 // the chunk) and the state S^T [d_v, d_k] (the pool's layout):
@@ -13,6 +13,11 @@
 // q and k enter the products raw (bf16); their l2norm and scale are per-row factors applied to the
 // products' rows and columns, as are the decays, so no normalised copy is written: the per-token
 // factors kg = exp(G) / |k|, qg = scale exp(G) / |q| and kd = exp(G_n - G) / |k|.
+// KDA's decays differ per key channel c, so they cannot leave the products as row factors: the
+// prepare kernel writes the scaled tiles Kg = K exp(G) / |k|, Qg = scale Q exp(G) / |q| and
+// Kd = K exp(G_n - G) / |k| (every factor <= 1) that the state kernel reads in place of K and Q,
+// and S's columns decay by exp(G_n[c]). Its A_kk and A_qk sum exp(G_t[c] - G_j[c]) inside the
+// products, one 16-row block at a time against a reference row (kda_products).
 //
 // Three launches on the caller's stream; scratch in the caller's workspace (ChunkWorkspaceLayout
 // tc_*, chunk-major and padded to 64 tokens):
@@ -55,13 +60,17 @@ struct MmaArgs : ChunkCall {
   bool o_vec;  // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
   bf16* tmat;  // [max_chunks, HV, 64, 64]
   bf16* aqk;   // [max_chunks, HV, 64, 64]
-  float* vec;  // [max_chunks, HV, 4, 64]: kg, qg, kd, G (ChunkWorkspaceLayout::tc_vec)
+  float* vec;  // [max_chunks, HV, 4, 64]: kg, qg, kd, G (GDN) or exp(G_n[c]) (KDA); tc_vec
+  // KDA: [max_chunks, HV, 64, 128] each: Kg, Qg, Kd (ChunkWorkspaceLayout::tc_kg, tc_qg, tc_kd)
+  bf16* kg;
+  bf16* qg;
+  bf16* kd;
   // The bf16 rows the state kernel reads: the inputs, or the copies the prepare kernel writes.
   const bf16* q16;
   const bf16* k16;
   const bf16* v16;
   int64_t q16_st, q16_sh, k16_st, k16_sh, v16_st, v16_sh;
-  bool copies;  // the prepare kernel writes q16 / k16 / v16
+  bool copies;  // the prepare kernel writes q16 / k16 / v16 (KDA: v16 only)
 };
 
 // ---- mma.sync / ldmatrix / cp.async ----
@@ -148,6 +157,18 @@ __device__ __forceinline__ uint4 pack8_bf16(const float (&x)[8]) {
   return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
                     pack_bf16(x[6], x[7]));
 }
+__device__ __forceinline__ void unpack8_bf16(const uint4 u, float (&x)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
+    x[2 * j] = f.x, x[2 * j + 1] = f.y;
+  }
+}
+/// Two consecutive bf16 of shared memory as floats.
+__device__ __forceinline__ float2 load2_bf16(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
 
 // acc[2 NP] (16 rows x 16 NP columns) += A B^T for one 16-deep step: A the fragment af, B stored
 // [n][k] row-major from b (its row n0, column k0) with pitch ldb.
@@ -217,15 +238,149 @@ __device__ __forceinline__ void store_tile_f32(float* dst, int ld, const float (
 }
 
 // ---- prepare: one chunk of one value head ----
+constexpr int kLdG = kD + 8;  // f32 row pitch of KDA's per-channel G tile (a fragment's float2
+                              // reads hit distinct banks)
+/// KDA's reference-point factors inside a 16-row block stay below exp(kMaxFactorExponent) ~ 1e26,
+/// far from bf16's and fp32's 3.4e38 (the CPU body's bound).
+constexpr float kMaxFactorExponent = 60.0f;
+
+template <bool kKda>
 struct PrepareSmem {
   bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); A_kk and T (f32) alias q and k
   bf16 k[kC * kLdQK];
   float m[32 * 40];  // the inverse's block products (pitch 40: B fragments hit distinct banks)
-  float qinv[kC], kinv[kC], G[kC], beta[kC];
+  float qinv[kC], kinv[kC], G[kC], beta[kC];  // G: GDN's scanned scalar gate
+  float Gc[kKda ? kC * kLdG : 4];  // KDA: G per channel, [64][kLdG]; rows past n repeat G_{n-1}
 };
 static_assert(2 * kC * kLdF * sizeof(float) <= 2 * kC * kLdQK * sizeof(bf16));
 
-__device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem& s, int hv, int chunk) {
+/// KDA: the state kernel's tiles Kg = K exp(G) / |k|, Qg = scale Q exp(G) / |q| and
+/// Kd = K exp(G_{n-1} - G) / |k| (zeros past n, since the q and k rows are), and the per-channel
+/// decay exp(G_{n-1}[c]).
+__device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<true>& s,
+                                          int64_t chunk_head) {
+  const float* g_last = s.Gc + (kC - 1) * kLdG;
+  const int64_t tile = chunk_head * kC * kD;
+  for (int e = threadIdx.x; e < kC * kD / 8; e += blockDim.x) {
+    const int t = e >> 4, c0 = (e & 15) * 8;
+    float kx[8], qx[8], kg[8], qg[8], kd[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(s.k + t * kLdQK + c0), kx);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(s.q + t * kLdQK + c0), qx);
+    const float ki = s.kinv[t], qi = s.qinv[t];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float G = s.Gc[t * kLdG + c0 + i], eg = __expf(G);
+      kg[i] = kx[i] * ki * eg;
+      qg[i] = qx[i] * qi * eg;
+      kd[i] = kx[i] * ki * __expf(g_last[c0 + i] - G);
+    }
+    const int64_t at = tile + t * kD + c0;
+    *reinterpret_cast<uint4*>(a.kg + at) = pack8_bf16(kg);
+    *reinterpret_cast<uint4*>(a.qg + at) = pack8_bf16(qg);
+    *reinterpret_cast<uint4*>(a.kd + at) = pack8_bf16(kd);
+  }
+  for (int c = threadIdx.x; c < kD; c += blockDim.x)
+    a.vec[chunk_head * 4 * kC + c] = __expf(g_last[c]);
+}
+
+/// KDA: sum_c k_t[c] k_j[c] exp(G_t[c] - G_j[c]) and the same with q_t (raw rows: the norms, scale
+/// and beta come after) for warp w's rows t = 16 w .., columns j <= t, as the fragments of
+/// kk / qk (8 column tiles of 8). As the CPU body: against the block's first row r,
+///   sum_c k_t[c] exp(G_t[c] - G_r[c]) * k_j[c] exp(G_r[c] - G_j[c]),
+/// left factors <= 1, right ones <= 1 for j < r and <= exp(range) inside the block, with
+/// range = max_c (G_r[c] - G_{r+15}[c]); past kMaxFactorExponent the diagonal block is summed pair
+/// by pair instead, every exponent G_t - G_j <= 0 (decay that strong is rare).
+__device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int warp, int lane,
+                                             float (&kk)[8][4], float (&qk)[8][4]) {
+  const int g = lane >> 2, c = lane & 3, r = warp * 16;
+  const float* Gr = s.Gc + r * kLdG;
+  float range = 0.0f;
+  for (int i = lane; i < kD; i += 32) range = fmaxf(range, Gr[i] - Gr[15 * kLdG + i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, o));
+  const bool factored = range <= kMaxFactorExponent;
+  const int tiles = 2 * warp + (factored ? 2 : 0);  // column tiles of 8 the products cover
+#pragma unroll 2
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int ch = ks * 16 + 2 * c;
+    const float2 gr[2] = {*reinterpret_cast<const float2*>(Gr + ch),
+                          *reinterpret_cast<const float2*>(Gr + ch + 8)};
+    uint32_t ak[4], aq[4];  // rows r + g (+ 8), channels ch (+ 8)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = r + g + 8 * (i & 1), col = ch + 8 * (i >> 1);
+      const float2 gt = *reinterpret_cast<const float2*>(s.Gc + row * kLdG + col);
+      const float f0 = __expf(gt.x - gr[i >> 1].x), f1 = __expf(gt.y - gr[i >> 1].y);
+      const float2 kv = load2_bf16(s.k + row * kLdQK + col);
+      const float2 qv = load2_bf16(s.q + row * kLdQK + col);
+      ak[i] = pack_bf16(kv.x * f0, kv.y * f1);
+      aq[i] = pack_bf16(qv.x * f0, qv.y * f1);
+    }
+#pragma unroll
+    for (int j8 = 0; j8 < 8; ++j8) {
+      if (j8 >= tiles) break;
+      const int row = j8 * 8 + g;  // column j of the products
+      uint32_t bf[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 gj = *reinterpret_cast<const float2*>(s.Gc + row * kLdG + ch + 8 * h);
+        const float2 kv = load2_bf16(s.k + row * kLdQK + ch + 8 * h);
+        bf[h] = pack_bf16(kv.x * __expf(gr[h].x - gj.x), kv.y * __expf(gr[h].y - gj.y));
+      }
+      mma_bf16(kk[j8], ak, bf[0], bf[1]);
+      mma_bf16(qk[j8], aq, bf[0], bf[1]);
+    }
+  }
+  if (factored) return;
+#pragma unroll
+  for (int j8 = 0; j8 < 8; ++j8) {
+    if (j8 >> 1 != warp) continue;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int t = r + g + 8 * (e >> 1), j = j8 * 8 + 2 * c + (e & 1);
+      float sk = 0.0f, sq = 0.0f;
+      if (j <= t) {
+        for (int i = 0; i < kD; ++i) {
+          const float kjd = __bfloat162float(s.k[j * kLdQK + i]) *
+                            __expf(s.Gc[t * kLdG + i] - s.Gc[j * kLdG + i]);
+          sk += __bfloat162float(s.k[t * kLdQK + i]) * kjd;
+          sq += __bfloat162float(s.q[t * kLdQK + i]) * kjd;
+        }
+      }
+      kk[j8][e] = sk, qk[j8][e] = sq;
+    }
+  }
+}
+
+/// GDN: the per-token factors out (warp 0; G scanned in place, two tokens a lane).
+__device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s, int n, int lane,
+                                        int64_t chunk_head) {
+  const int t = 2 * lane;
+  const float g0 = s.G[t], g1 = s.G[t + 1];
+  float sum = g0 + g1;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float up = __shfl_up_sync(0xffffffffu, sum, o);
+    if (lane >= o) sum += up;
+  }
+  const float G0 = sum - g1, G1 = sum;
+  const int last = max(n - 1, 0);
+  const float L0 = __shfl_sync(0xffffffffu, G0, last >> 1);
+  const float L1 = __shfl_sync(0xffffffffu, G1, last >> 1);
+  const float Gn = (last & 1) ? L1 : L0;
+  s.G[t] = G0, s.G[t + 1] = G1;
+  float* vec = a.vec + chunk_head * 4 * kC;
+  const float e0 = __expf(G0), e1 = __expf(G1);
+  *reinterpret_cast<float2*>(vec + t) = make_float2(s.kinv[t] * e0, s.kinv[t + 1] * e1);
+  *reinterpret_cast<float2*>(vec + kC + t) = make_float2(s.qinv[t] * e0, s.qinv[t + 1] * e1);
+  *reinterpret_cast<float2*>(vec + 2 * kC + t) =
+      make_float2(s.kinv[t] * __expf(Gn - G0), s.kinv[t + 1] * __expf(Gn - G1));
+  *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
+}
+
+template <bool kKda>
+__device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda>& s, int hv,
+                                              int chunk) {
   const int kh = hv / a.group;
   const int b = a.chunk_seq[chunk];
   if (b < 0) return;
@@ -238,16 +393,33 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem& s, 
   float* Tm = A + kC * kLdF;                 // [64][kLdF] (I + A_kk)^-1
   const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
 
-  // Gates and betas (raw; warp 0 scans them below), then q and k: a row is 16 pieces of 8
-  // channels, one per lane of a half warp, so the norms reduce within the half warp. All of a
-  // tile's loads are issued before any is used.
-  if (tid < kC) {
+  // Gates and betas, then q and k: a row is 16 pieces of 8 channels, one per lane of a half warp,
+  // so the norms reduce within the half warp. All of a tile's loads are issued before any is used.
+  if constexpr (kKda) {
+    if (tid < kC)
+      s.beta[tid] =
+          tid < n ? a.beta[int64_t(t0 + tid) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
+    // Thread c scans channel c: G[t][c] = sum_{s <= t} g_s[c] (d_k = 128 = blockDim).
+    const float* gc = a.g + int64_t(hv) * a.g_sh + tid;
+    float run = 0.0f;
+#pragma unroll
+    for (int r0 = 0; r0 < kC; r0 += 16) {
+      float x[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) x[j] = r0 + j < n ? gc[int64_t(t0 + r0 + j) * a.g_st] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        run += x[j];
+        s.Gc[(r0 + j) * kLdG + tid] = run;
+      }
+    }
+  } else if (tid < kC) {  // raw; gdn_vec scans them
     s.G[tid] = tid < n ? a.g[int64_t(t0 + tid) * a.g_st + int64_t(hv) * a.g_sh] : 0.0f;
   } else {
     const int t = tid - kC;
     s.beta[t] = t < n ? a.beta[int64_t(t0 + t) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
   }
-  const bool writes_copies = a.copies && hv % a.group == 0;
+  const bool writes_copies = !kKda && a.copies && hv % a.group == 0;
   const int piece = tid & 15, r0 = tid >> 4;
 #pragma unroll
   for (int which = 0; which < 2; ++which) {
@@ -308,52 +480,35 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem& s, 
   }
   __syncthreads();
 
-  if (warp == 0) {  // G: inclusive scan, two tokens a lane; the per-token factors out
-    const int t = 2 * lane;
-    const float g0 = s.G[t], g1 = s.G[t + 1];
-    float sum = g0 + g1;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float up = __shfl_up_sync(0xffffffffu, sum, o);
-      if (lane >= o) sum += up;
-    }
-    const float G0 = sum - g1, G1 = sum;
-    const int last = max(n - 1, 0);
-    const float L0 = __shfl_sync(0xffffffffu, G0, last >> 1);
-    const float L1 = __shfl_sync(0xffffffffu, G1, last >> 1);
-    const float Gn = (last & 1) ? L1 : L0;
-    s.G[t] = G0, s.G[t + 1] = G1;
-    float* vec = a.vec + chunk_head * 4 * kC;
-    const float e0 = __expf(G0), e1 = __expf(G1);
-    *reinterpret_cast<float2*>(vec + t) = make_float2(s.kinv[t] * e0, s.kinv[t + 1] * e1);
-    *reinterpret_cast<float2*>(vec + kC + t) = make_float2(s.qinv[t] * e0, s.qinv[t + 1] * e1);
-    *reinterpret_cast<float2*>(vec + 2 * kC + t) =
-        make_float2(s.kinv[t] * __expf(Gn - G0), s.kinv[t + 1] * __expf(Gn - G1));
-    *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
-  }
-
-  // K K^T and Q K^T: a warp's 16 rows, all 64 columns, over 128 channels.
+  // K K^T and Q K^T: a warp's 16 rows, all 64 columns, over 128 channels (KDA: the decays inside).
   const int m0 = warp * 16, g = lane >> 2, c = lane & 3;
   float kk[8][4] = {}, qk[8][4] = {};
+  if constexpr (kKda) {
+    kda_tiles(a, s, chunk_head);
+    kda_products(s, warp, lane, kk, qk);
+  } else {
+    if (warp == 0) gdn_vec(a, s, n, lane, chunk_head);
 #pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    uint32_t ak[4], aq[4];
-    load_a(ak, s.k + m0 * kLdQK + ks * 16, kLdQK, lane);
-    load_a(aq, s.q + m0 * kLdQK + ks * 16, kLdQK, lane);
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t ak[4], aq[4];
+      load_a(ak, s.k + m0 * kLdQK + ks * 16, kLdQK, lane);
+      load_a(aq, s.q + m0 * kLdQK + ks * 16, kLdQK, lane);
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      uint32_t bfr[4];
-      ldsm_x4(bfr, s.k + (np * 16 + bn_row(lane)) * kLdQK + ks * 16 + bn_col(lane));
-      mma_bf16(kk[2 * np], ak, bfr[0], bfr[1]);
-      mma_bf16(kk[2 * np + 1], ak, bfr[2], bfr[3]);
-      mma_bf16(qk[2 * np], aq, bfr[0], bfr[1]);
-      mma_bf16(qk[2 * np + 1], aq, bfr[2], bfr[3]);
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bfr[4];
+        ldsm_x4(bfr, s.k + (np * 16 + bn_row(lane)) * kLdQK + ks * 16 + bn_col(lane));
+        mma_bf16(kk[2 * np], ak, bfr[0], bfr[1]);
+        mma_bf16(kk[2 * np + 1], ak, bfr[2], bfr[3]);
+        mma_bf16(qk[2 * np], aq, bfr[0], bfr[1]);
+        mma_bf16(qk[2 * np + 1], aq, bfr[2], bfr[3]);
+      }
     }
   }
   __syncthreads();  // G is scanned; the q and k tiles are dead (A and T alias them)
 
   // A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared memory;
-  // A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16.
+  // A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16. KDA's
+  // products hold their decays already.
   bf16* aqk_out = a.aqk + chunk_head * kC * kC;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -365,9 +520,10 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem& s, 
       float pair[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float decay = j + e <= t ? __expf(Gt - s.G[j + e]) * s.kinv[j + e] : 0.0f;
+        float decay = 0.0f;
+        if (j + e <= t) decay = (kKda ? 1.0f : __expf(Gt - s.G[j + e])) * s.kinv[j + e];
         A[t * kLdF + j + e] = j + e < t ? bk * decay * kk[nt][2 * h + e] : 0.0f;
-        pair[e] = qt * decay * qk[nt][2 * h + e];
+        pair[e] = j + e <= t ? qt * decay * qk[nt][2 * h + e] : 0.0f;
       }
       *reinterpret_cast<uint32_t*>(aqk_out + t * kC + j) = pack_bf16(pair[0], pair[1]);
     }
@@ -438,9 +594,11 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem& s, 
 
 /// Chunks blockIdx.y, + gridDim.y, ... (the grid's y extent is capped at 65535) of value head
 /// blockIdx.x.
-__global__ void __launch_bounds__(128, 5) mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
+template <bool kKda>
+__global__ void __launch_bounds__(128, kKda ? 3 : 5)
+    mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  PrepareSmem& s = *reinterpret_cast<PrepareSmem*>(smem_raw);
+  PrepareSmem<kKda>& s = *reinterpret_cast<PrepareSmem<kKda>*>(smem_raw);
   for (int chunk = blockIdx.y; chunk < a.max_chunks; chunk += gridDim.y) {
     prepare_chunk(a, s, blockIdx.x, chunk);
     __syncthreads();  // the next chunk rewrites the shared tiles
@@ -455,23 +613,25 @@ __global__ void __launch_bounds__(128, 5) mma_prepare_kernel(const __grid_consta
 //   roles 2 and 3: X = S^T Q^T and O^T = X Diag(qg) + Delta^T A_qk^T over tokens 0-31 / 32-63;
 //   every role:    S^T = exp(G_n) S^T + Delta^T Diag(kd) K over keys 32 role .. + 31, the part of
 //                  the state the warp keeps in registers.
+// KDA reads Kg, Qg and Kd in place of K, Q and K with their factors, and decays S^T's columns.
 // Two block barriers a chunk: the stage and S^T are in; Delta^T is in.
-template <int VT>
+template <int VT, bool kKda>
 struct StateStage {
-  bf16 k[kC * kLdQK];
-  bf16 q[kC * kLdQK];
+  bf16 k[kC * kLdQK];              // GDN: k rows; KDA: Kg
+  bf16 q[kC * kLdQK];              // GDN: q rows; KDA: Qg
+  bf16 kd[kKda ? kC * kLdQK : 8];  // KDA: Kd
   bf16 v[kC * (VT + 8)];
   bf16 t[kC * kLdCC];
   bf16 aqk[kC * kLdCC];
-  float vec[4 * kC];  // kg, qg, kd, G (ChunkWorkspaceLayout::tc_vec)
+  float vec[4 * kC];  // GDN: kg, qg, kd, G; KDA: exp(G_n[c]) (ChunkWorkspaceLayout::tc_vec)
 };
-template <int VT>
+template <int VT, bool kKda>
 struct StateSmem {
-  StateStage<VT> stage[2];
-  bf16 st[VT * kLdQK];      // S^T as bf16, the A operand of the products with K and Q
-  bf16 p[VT * 40];          // P^T of tokens 0-31
-  bf16 delta[VT * kLdCC];   // Delta^T
-  bf16 deltad[VT * kLdCC];  // Delta^T Diag(kd)
+  StateStage<VT, kKda> stage[2];
+  bf16 st[VT * kLdQK];                 // S^T as bf16, the A operand of the products with K, Q
+  bf16 p[VT * 40];                     // P^T of tokens 0-31
+  bf16 delta[VT * kLdCC];              // Delta^T
+  bf16 deltad[kKda ? 8 : VT * kLdCC];  // GDN: Delta^T Diag(kd)
   float o[kC * (VT + 4)];
 };
 constexpr int kPitchP = 40;
@@ -483,14 +643,23 @@ struct StageSources {
   const bf16* v;  // value head hv, columns v0 ..
 };
 
-template <int VT>
-__device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage<VT>& st, int chunk,
-                           int t0, int n, int hv) {
+template <int VT, bool kKda>
+__device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage<VT, kKda>& st,
+                           int chunk, int t0, int n, int hv) {
   constexpr int kThreads = VT * 8, kRowsPerPass = kThreads / 16;
   const int tid = threadIdx.x, piece = tid & 15, r0 = tid >> 4;
   const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
   // q and k: 16 pieces of 8 channels a row; rows past the sequence are zeros.
-  {
+  if constexpr (kKda) {  // the prepare kernel's tiles, zeros past n already
+    const int64_t at = chunk_head * kC * kD + piece * 8;
+#pragma unroll
+    for (int j = 0; j < kC / kRowsPerPass; ++j) {
+      const int r = r0 + j * kRowsPerPass;
+      cp_async16(st.k + r * kLdQK + piece * 8, a.kg + at + r * kD, true);
+      cp_async16(st.q + r * kLdQK + piece * 8, a.qg + at + r * kD, true);
+      cp_async16(st.kd + r * kLdQK + piece * 8, a.kd + at + r * kD, true);
+    }
+  } else {
     const bf16* k = src.k + int64_t(t0 + r0) * a.k16_st;
     const bf16* q = src.q + int64_t(t0 + r0) * a.q16_st;
 #pragma unroll
@@ -577,7 +746,7 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <int VT>
+template <int VT, bool kKda>
 __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant__ MmaArgs a) {
   constexpr int kRowBlocks = VT / 16;
   const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
@@ -587,7 +756,7 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
   const bool o_warp = role >= 2;
   const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  StateSmem<VT>& s = *reinterpret_cast<StateSmem<VT>*>(smem_raw);
+  StateSmem<VT, kKda>& s = *reinterpret_cast<StateSmem<VT, kKda>*>(smem_raw);
 
   // This warp's part of S^T: rows 16 rb + {g, g + 8}, keys 32 role + 8 nt + 2c + {0, 1}.
   const int row0 = rb * 16 + g;
@@ -621,31 +790,31 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
   int64_t boundary = a.boundary_first[b];
   const auto chunk_t0 = [&](int chunk) { return begin + (chunk - first) * kC; };
   const int kh = hv / a.group;
-  const StageSources src{.k = a.k16 + int64_t(kh) * a.k16_sh + (threadIdx.x & 15) * 8,
-                         .q = a.q16 + int64_t(kh) * a.q16_sh + (threadIdx.x & 15) * 8,
-                         .v = a.v16 + int64_t(hv) * a.v16_sh + v0};
+  const StageSources src{
+      .k = kKda ? nullptr : a.k16 + int64_t(kh) * a.k16_sh + (threadIdx.x & 15) * 8,
+      .q = kKda ? nullptr : a.q16 + int64_t(kh) * a.q16_sh + (threadIdx.x & 15) * 8,
+      .v = a.v16 + int64_t(hv) * a.v16_sh + v0};
   if (first < last) {
-    load_stage<VT>(a, src, s.stage[0], first, begin, min(kC, end - begin), hv);
+    load_stage<VT, kKda>(a, src, s.stage[0], first, begin, min(kC, end - begin), hv);
     cp_async_commit();
   }
   int prev_t0 = 0, prev_n = 0;
   for (int chunk = first; chunk < last; ++chunk) {
     const int t0 = chunk_t0(chunk), n = min(kC, end - t0);
-    StateStage<VT>& st = s.stage[(chunk - first) & 1];
+    StateStage<VT, kKda>& st = s.stage[(chunk - first) & 1];
     cp_async_wait<0>();
     __syncthreads();         // the stage and S^T are in; the last chunk's o tile is complete
     if (chunk + 1 < last) {  // into the other stage, whose readers all passed the barrier
       const int t1 = chunk_t0(chunk + 1);
-      load_stage<VT>(a, src, s.stage[(chunk + 1 - first) & 1], chunk + 1, t1, min(kC, end - t1),
-                     hv);
+      load_stage<VT, kKda>(a, src, s.stage[(chunk + 1 - first) & 1], chunk + 1, t1,
+                           min(kC, end - t1), hv);
       cp_async_commit();
     }
     if (chunk > first) store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
     prev_t0 = t0, prev_n = n;
-    const float* kg = st.vec;
+    const float* kg = st.vec;  // GDN's per-token factors
     const float* qg = st.vec + kC;
     const float* kd = st.vec + 2 * kC;
-    const float Gn = st.vec[3 * kC + n - 1];
 
     // X = S^T K^T (roles 0, 1) or S^T Q^T (roles 2, 3): 16 value rows x 32 tokens, 128 keys.
     float X[4][4] = {};
@@ -670,7 +839,8 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
       uint32_t pa[2][4];  // A fragments of P^T, tokens tok0 + 16 ks ..
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const float2 f = *reinterpret_cast<const float2*>(kg + tok0 + nt * 8 + 2 * c);
+        const float2 f = kKda ? make_float2(1.0f, 1.0f)
+                              : *reinterpret_cast<const float2*>(kg + tok0 + nt * 8 + 2 * c);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const __nv_bfloat162 v2 =
@@ -707,25 +877,29 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int t = tok0 + nt * 8 + 2 * c;
-        const float2 f = *reinterpret_cast<const float2*>(kd + t);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + h * 8;
           *reinterpret_cast<uint32_t*>(s.delta + row * kLdCC + t) =
               pack_bf16(D[nt][2 * h], D[nt][2 * h + 1]);
-          *reinterpret_cast<uint32_t*>(s.deltad + row * kLdCC + t) =
-              pack_bf16(D[nt][2 * h] * f.x, D[nt][2 * h + 1] * f.y);
+          if constexpr (!kKda) {
+            const float2 f = *reinterpret_cast<const float2*>(kd + t);
+            *reinterpret_cast<uint32_t*>(s.deltad + row * kLdCC + t) =
+                pack_bf16(D[nt][2 * h] * f.x, D[nt][2 * h + 1] * f.y);
+          }
         }
       }
     }
     __syncthreads();  // Delta^T is in; every warp has read S^T
 
     if (o_warp) {  // O^T = X Diag(qg) + Delta^T A_qk^T (A_qk is lower triangular)
+      if constexpr (!kKda) {
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const float2 f = *reinterpret_cast<const float2*>(qg + tok0 + nt * 8 + 2 * c);
+        for (int nt = 0; nt < 4; ++nt) {
+          const float2 f = *reinterpret_cast<const float2*>(qg + tok0 + nt * 8 + 2 * c);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) X[nt][2 * h] *= f.x, X[nt][2 * h + 1] *= f.y;
+          for (int h = 0; h < 2; ++h) X[nt][2 * h] *= f.x, X[nt][2 * h + 1] *= f.y;
+        }
       }
       const bf16* aq = st.aqk + tok0 * kLdCC;
 #pragma unroll
@@ -744,17 +918,26 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
         }
     }
 
-    // S^T = exp(G_n) S^T + Delta^T Diag(kd) K over this warp's 32 keys.
-    const float decay = __expf(Gn);
+    // S^T = exp(G_n) S^T + Delta^T Diag(kd) K over this warp's 32 keys (KDA: S^T's columns
+    // decay by exp(G_n[c]) and Kd holds kd).
+    if constexpr (kKda) {
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 d = *reinterpret_cast<const float2*>(st.vec + key0 + nt * 8);
+        S[nt][0] *= d.x, S[nt][1] *= d.y, S[nt][2] *= d.x, S[nt][3] *= d.y;
+      }
+    } else {
+      const float decay = __expf(st.vec[3 * kC + n - 1]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) S[nt][e] *= decay;
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[nt][e] *= decay;
+    }
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t af[4];
-      load_a(af, s.deltad + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
-      mma_bt<2>(S, af, st.k + ks * 16 * kLdQK + role * 32, kLdQK, lane);
+      load_a(af, (kKda ? s.delta : s.deltad) + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
+      mma_bt<2>(S, af, (kKda ? st.kd : st.k) + ks * 16 * kLdQK + role * 32, kLdQK, lane);
     }
     if (n == kC) {
       if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
@@ -800,11 +983,19 @@ int sm_count() {
   return count;
 }
 
-template <int VT>
+template <int VT, bool kKda>
 void launch_state(const MmaArgs& a, cudaStream_t s) {
-  allow_dynamic_smem(mma_state_kernel<VT>, sizeof(StateSmem<VT>));
-  mma_state_kernel<VT><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 8,
-                         sizeof(StateSmem<VT>), s>>>(a);
+  allow_dynamic_smem(mma_state_kernel<VT, kKda>, sizeof(StateSmem<VT, kKda>));
+  mma_state_kernel<VT, kKda><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 8,
+                               sizeof(StateSmem<VT, kKda>), s>>>(a);
+  HYLA_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kKda>
+void launch_prepare(const MmaArgs& a, cudaStream_t s) {
+  allow_dynamic_smem(mma_prepare_kernel<kKda>, sizeof(PrepareSmem<kKda>));
+  mma_prepare_kernel<kKda><<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))), 128,
+                             sizeof(PrepareSmem<kKda>), s>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
 }
 
@@ -826,36 +1017,46 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   a.tmat = reinterpret_cast<bf16*>(ws + layout.tc_t);
   a.aqk = reinterpret_cast<bf16*>(ws + layout.tc_aqk);
   a.vec = ws + layout.tc_vec;
+  const bool kda = shape.per_channel;
+  if (kda) {
+    a.kg = reinterpret_cast<bf16*>(ws + layout.tc_kg);
+    a.qg = reinterpret_cast<bf16*>(ws + layout.tc_qg);
+    a.kd = reinterpret_cast<bf16*>(ws + layout.tc_kd);
+  }
   a.copies = shape.bf16_copies;
-  if (a.copies) {  // packed [T, heads, d] copies
-    a.q16 = reinterpret_cast<const bf16*>(ws + layout.tc_q);
-    a.k16 = reinterpret_cast<const bf16*>(ws + layout.tc_k);
+  if (a.copies) {  // packed [T, heads, d] copies (KDA: of v only)
+    if (!kda) {
+      a.q16 = reinterpret_cast<const bf16*>(ws + layout.tc_q);
+      a.k16 = reinterpret_cast<const bf16*>(ws + layout.tc_k);
+      a.q16_st = a.k16_st = int64_t(a.H) * kD, a.q16_sh = a.k16_sh = kD;
+    }
     a.v16 = reinterpret_cast<const bf16*>(ws + layout.tc_v);
-    a.q16_st = a.k16_st = int64_t(a.H) * kD, a.q16_sh = a.k16_sh = kD;
     a.v16_st = int64_t(a.HV) * a.d_v, a.v16_sh = a.d_v;
   } else {
-    a.q16 = ptr<const bf16>(p.q);
-    a.k16 = ptr<const bf16>(p.k);
+    if (!kda) {
+      a.q16 = ptr<const bf16>(p.q);
+      a.k16 = ptr<const bf16>(p.k);
+      a.q16_st = a.q_st, a.q16_sh = a.q_sh, a.k16_st = a.k_st, a.k16_sh = a.k_sh;
+    }
     a.v16 = ptr<const bf16>(p.v);
-    a.q16_st = a.q_st, a.q16_sh = a.q_sh, a.k16_st = a.k_st, a.k16_sh = a.k_sh;
     a.v16_st = a.v_st, a.v16_sh = a.v_sh;
   }
 
   const cudaStream_t s = to_cuda(stream);
   launch_chunk_plan(a, s);
   if (a.max_chunks > 0 && a.H > 0) {
-    allow_dynamic_smem(mma_prepare_kernel, sizeof(PrepareSmem));
-    mma_prepare_kernel<<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))), 128,
-                         sizeof(PrepareSmem), s>>>(a);
-    HYLA_CUDA_CHECK_LAUNCH();
+    if (kda)
+      launch_prepare<true>(a, s);
+    else
+      launch_prepare<false>(a, s);
   }
   if (a.B == 0) return ok_status();
   // 64 value rows a block (16 warps) when that still gives every SM two blocks, else 32 (8 warps).
   const bool wide = a.d_v % 64 == 0 && int64_t(a.B) * a.HV * (a.d_v / 64) >= 2 * sm_count();
-  if (wide)
-    launch_state<64>(a, s);
+  if (kda)
+    wide ? launch_state<64, true>(a, s) : launch_state<32, true>(a, s);
   else
-    launch_state<32>(a, s);
+    wide ? launch_state<64, false>(a, s) : launch_state<32, false>(a, s);
   return ok_status();
 }
 

@@ -98,13 +98,16 @@ double relative_error(const TensorView& got, const TensorView& want) {
 
 // ---- Cases ----
 
-enum class Gate { kGdn, kKda, kKdaSafe };
+/// kKdaStrong: decay strong enough (up to e^-6 a token) that some 16-token blocks pass the
+/// tensor-core body's reference-point bound (kMaxFactorExponent) and take its pair-by-pair path.
+enum class Gate { kGdn, kKda, kKdaSafe, kKdaStrong };
 
 const char* gate_name(Gate g) {
   switch (g) {
     case Gate::kGdn: return "gdn";
     case Gate::kKda: return "kda";
     case Gate::kKdaSafe: return "kda_safe";
+    case Gate::kKdaStrong: return "kda_strong";
   }
   return "?";
 }
@@ -222,7 +225,9 @@ HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
   h.k = host_activation(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
   h.v = host_activation(testing::random_uniform({T, HV, d_v}, c.act, rng), c.strided);
   h.o = host_activation(poisoned({T, HV, d_v}, c.act), c.strided);
-  const float g_lo = c.gate == Gate::kKdaSafe ? -5.0f : -1.0f;  // K3's safe gate: [-5, 0]
+  // K3's safe gate: [-5, 0]; strong: a 16-token block's span ~ 45 +- 7 per channel, its largest
+  // of 128 channels around the bound of 60.
+  const float g_lo = c.gate == Gate::kKdaSafe ? -5.0f : c.gate == Gate::kKdaStrong ? -6.0f : -1.0f;
   h.g = c.gate == Gate::kGdn ? testing::random_uniform({T, HV}, kF32, rng, g_lo, 0.0f)
                              : testing::random_uniform({T, HV, d_k}, kF32, rng, g_lo, 0.0f);
   h.beta = testing::random_uniform({T, HV}, kF32, rng, 0.0f, 1.0f);
@@ -398,10 +403,11 @@ TEST(GatedDeltaRuleChunkCudaTest, MatchesCpuBody) {
     expect_cuda_matches_cpu(cases[i], seed + uint32_t(i));
 }
 
-// The tensor-core body (GDN, d_k 128): single sequences of every length class up to 5000 tokens,
-// varlen batches with initial states, GVA 1:1 and 2:1, bf16 rows read in place and f32 or
+// The tensor-core body (GDN and KDA, d_k 128): single sequences of every length class up to 5000
+// tokens, varlen batches with initial states, GVA 1:1 and 2:1, bf16 rows read in place and f32 or
 // misaligned inputs read through bf16 copies, bf16 and f32 pools, boundary states, both value
-// tiles (32 rows; 64 rows once the grid gives every SM two blocks: 40 x 4 x 2 = 320 blocks).
+// tiles (32 rows; 64 rows once the grid gives every SM two blocks: 40 x 4 x 2 = 320 blocks); KDA
+// with the plain, the safe and a strong gate (both of its A paths).
 TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
   HYLA_SKIP_WITHOUT_CUDA();
   std::vector<ChunkCase> cases;
@@ -431,6 +437,46 @@ TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
                    .d_k = 128,
                    .d_v = 32,
                    .act = kBF16,
+                   .chunk_states = false,
+                   .l2norm = false,
+                   .scale = 0.25f});
+  for (int32_t T : {1, 64, 1000})
+    cases.push_back({.seqlens = {T},
+                     .H = 1,
+                     .HV = 2,
+                     .d_k = 128,
+                     .d_v = 128,
+                     .gate = Gate::kKda,
+                     .act = kBF16});
+  cases.push_back({.seqlens = {1, 63, 64, 65, 200, 0, 130},
+                   .H = 2,
+                   .HV = 4,
+                   .d_k = 128,
+                   .d_v = 64,
+                   .gate = Gate::kKdaSafe,
+                   .pool = kBF16,
+                   .strided = true});
+  cases.push_back({.seqlens = {300, 5, 129},
+                   .H = 1,
+                   .HV = 2,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .gate = Gate::kKdaStrong,
+                   .act = kBF16});
+  cases.push_back({.seqlens = many,
+                   .H = 2,
+                   .HV = 4,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .gate = Gate::kKdaSafe,
+                   .act = kBF16,
+                   .pool = kBF16});
+  cases.push_back({.seqlens = {65, 130},
+                   .H = 1,
+                   .HV = 2,
+                   .d_k = 128,
+                   .d_v = 32,
+                   .gate = Gate::kKda,
                    .chunk_states = false,
                    .l2norm = false,
                    .scale = 0.25f});
