@@ -4,7 +4,9 @@
 // median of the calls. Prints a table (ms, TFLOP/s with the chunk form's 182,955 FLOP per token
 // per value head, the fraction of the H200's 989 TFLOP/s bf16 peak) and one JSON line per case;
 // tools/gpu/chunk_vs_fla.py sets the lines beside fla's JSON.
-//   hyla_bench_gated_delta_rule_chunk [--quick] [--out FILE.jsonl]
+//   hyla_bench_gated_delta_rule_chunk [--quick] [--only SUBSTRING] [--out FILE.jsonl]
+// --quick: the two GDN rows at 4096 tokens a sequence; --only: the cases whose name holds SUBSTRING
+// (tools/gpu/model.sh chunkprof profiles one op at a time).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -122,13 +124,16 @@ Result run(const Case& c, int calls) {
 int main(int argc, char** argv) {
   bool quick = false;
   const char* out = nullptr;
+  const char* only = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       out = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--out FILE.jsonl]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--only SUBSTRING] [--out FILE.jsonl]\n", argv[0]);
       return 2;
     }
   }
@@ -139,10 +144,17 @@ int main(int argc, char** argv) {
       {"kda H32 T65536", {65536}, 32, 32, true},
   };
   if (quick) cases = {cases[1], cases[2]};
+  if (only != nullptr) {
+    std::erase_if(cases, [&](const Case& c) { return c.name.find(only) == std::string::npos; });
+    if (cases.empty()) {
+      std::fprintf(stderr, "no case name holds '%s'\n", only);
+      return 2;
+    }
+  }
   FILE* json = out ? std::fopen(out, "w") : nullptr;
   std::printf("| case | ms | TFLOP/s | of bf16 peak |\n|---|---:|---:|---:|\n");
   for (const Case& c : cases) {
-    const Result r = run(c, c.kda ? 5 : 20);
+    const Result r = run(c, 20);
     std::printf("| %s | %.4f | %.1f | %.1f%% |\n", c.name.c_str(), r.ms, r.tflops,
                 100 * r.floor_fraction);
     std::fflush(stdout);

@@ -20,7 +20,8 @@
 # streams, next to `hyla generate` and `hyla bench` there (tools/serve_bench.sh; its files under
 # $OUT/serve_bench). Needs the tokenizer in the build (tokenizer_deps.sh; ~3 min in all).
 # chunktest: the chunk kernels' GPU tests alone. chunkprof: Nsight Compute on the tensor-core chunk
-# kernels (summary lines; chunk_ncu.txt and chunk_sass.csv under $OUT). chunk: hyla_bench_gated_delta_rule_chunk and fla's
+# kernels of the bench's --quick rows, or of CHUNKPROF_CASES (e.g. "--only kda") (summary lines;
+# chunk_ncu.txt and chunk_sass.csv under $OUT). chunk: hyla_bench_gated_delta_rule_chunk and fla's
 # chunk kernels (third_party_peer/fla with bench_fla.py beside it, carried) on issue 26's shapes,
 # side by side (tools/gpu/chunk_vs_fla.py); FLA_OPS="gdn" runs fla's GDN rows only.
 # Everything printed goes to $OUT/summary.txt; logs of failing steps are printed.
@@ -107,12 +108,12 @@ if want chunk; then  # chunk prefill at issue 26's shapes, then fla's chunk kern
     python3 tools/gpu/chunk_vs_fla.py "$OUT/hyla_chunk.jsonl" "$OUT"/fla_*.json
   fi
 fi
-if want chunkprof; then  # Nsight Compute on one call of each tensor-core chunk kernel (T = 4096)
+if want chunkprof; then  # Nsight Compute on one call of each tensor-core chunk kernel
   ncu=/usr/local/cuda/bin/ncu
   "$ncu" --kernel-name regex:'mma_(prepare|state)' --launch-skip 4 -c 2 --section SourceCounters \
     --section WarpStateStats --section SpeedOfLight --section Occupancy \
     --section MemoryWorkloadAnalysis --import-source no -o "$WORK/chunk" -f \
-    ./build-gpu/bin/hyla_bench_gated_delta_rule_chunk --quick > "$LOGS/ncu.log" 2>&1 ||
+    ./build-gpu/bin/hyla_bench_gated_delta_rule_chunk ${CHUNKPROF_CASES:---quick} > "$LOGS/ncu.log" 2>&1 ||
     tail -20 "$LOGS/ncu.log"
   "$ncu" --import "$WORK/chunk.ncu-rep" --page details > "$OUT/chunk_ncu.txt"
   "$ncu" --import "$WORK/chunk.ncu-rep" --page source --csv --print-source sass > "$OUT/chunk_sass.csv"

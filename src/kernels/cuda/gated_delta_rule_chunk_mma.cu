@@ -58,6 +58,7 @@ constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fra
 /// The call's operands (ChunkCall) and this body's workspace regions.
 struct MmaArgs : ChunkCall {
   bool o_vec;  // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
+  bool g_vec;  // KDA: g's rows take 16-byte copies
   bf16* tmat;  // [max_chunks, HV, 64, 64]
   bf16* aqk;   // [max_chunks, HV, 64, 64]
   float* vec;  // [max_chunks, HV, 4, 64]: kg, qg, kd, G (GDN) or exp(G_n[c]) (KDA); tc_vec
@@ -240,9 +241,17 @@ __device__ __forceinline__ void store_tile_f32(float* dst, int ld, const float (
 // ---- prepare: one chunk of one value head ----
 constexpr int kLdG = kD + 8;  // f32 row pitch of KDA's per-channel G tile (a fragment's float2
                               // reads hit distinct banks)
-/// KDA's reference-point factors inside a 16-row block stay below exp(kMaxFactorExponent) ~ 1e26,
-/// far from bf16's and fp32's 3.4e38 (the CPU body's bound).
-constexpr float kMaxFactorExponent = 60.0f;
+/// KDA keeps G in log2 units (G log2(e)): its exponents are differences that ex2.approx.ftz takes
+/// as they are (no range fix-ups; results below 2^-126 flush to zero). The reference-point factors
+/// inside a 16-row block stay below 2^kMaxFactorExponent2 ~ e^60 ~ 1e26 (the CPU body's bound), far
+/// from bf16's and fp32's 3.4e38.
+constexpr float kMaxFactorExponent2 = 86.5f;
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 template <bool kKda>
 struct PrepareSmem {
@@ -250,7 +259,8 @@ struct PrepareSmem {
   bf16 k[kC * kLdQK];
   float m[32 * 40];  // the inverse's block products (pitch 40: B fragments hit distinct banks)
   float qinv[kC], kinv[kC], G[kC], beta[kC];  // G: GDN's scanned scalar gate
-  float Gc[kKda ? kC * kLdG : 4];  // KDA: G per channel, [64][kLdG]; rows past n repeat G_{n-1}
+  float Gc[kKda ? kC * kLdG : 4];  // KDA: G log2(e) per channel, [64][kLdG]; rows past n repeat
+                                   // G_{n-1}
 };
 static_assert(2 * kC * kLdF * sizeof(float) <= 2 * kC * kLdQK * sizeof(bf16));
 
@@ -269,10 +279,10 @@ __device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<tr
     const float ki = s.kinv[t], qi = s.qinv[t];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float G = s.Gc[t * kLdG + c0 + i], eg = __expf(G);
+      const float G = s.Gc[t * kLdG + c0 + i], eg = exp2_ftz(G);
       kg[i] = kx[i] * ki * eg;
       qg[i] = qx[i] * qi * eg;
-      kd[i] = kx[i] * ki * __expf(g_last[c0 + i] - G);
+      kd[i] = kx[i] * ki * exp2_ftz(g_last[c0 + i] - G);
     }
     const int64_t at = tile + t * kD + c0;
     *reinterpret_cast<uint4*>(a.kg + at) = pack8_bf16(kg);
@@ -280,16 +290,16 @@ __device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<tr
     *reinterpret_cast<uint4*>(a.kd + at) = pack8_bf16(kd);
   }
   for (int c = threadIdx.x; c < kD; c += blockDim.x)
-    a.vec[chunk_head * 4 * kC + c] = __expf(g_last[c]);
+    a.vec[chunk_head * 4 * kC + c] = exp2_ftz(g_last[c]);
 }
 
 /// KDA: sum_c k_t[c] k_j[c] exp(G_t[c] - G_j[c]) and the same with q_t (raw rows: the norms, scale
 /// and beta come after) for warp w's rows t = 16 w .., columns j <= t, as the fragments of
 /// kk / qk (8 column tiles of 8). As the CPU body: against the block's first row r,
 ///   sum_c k_t[c] exp(G_t[c] - G_r[c]) * k_j[c] exp(G_r[c] - G_j[c]),
-/// left factors <= 1, right ones <= 1 for j < r and <= exp(range) inside the block, with
-/// range = max_c (G_r[c] - G_{r+15}[c]); past kMaxFactorExponent the diagonal block is summed pair
-/// by pair instead, every exponent G_t - G_j <= 0 (decay that strong is rare).
+/// left factors <= 1, right ones <= 1 for j < r and <= 2^range inside the block (G in log2 units),
+/// with range = max_c (G_r[c] - G_{r+15}[c]); past kMaxFactorExponent2 the diagonal block is summed
+/// pair by pair instead, every exponent G_t - G_j <= 0 (decay that strong is rare).
 __device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int warp, int lane,
                                              float (&kk)[8][4], float (&qk)[8][4]) {
   const int g = lane >> 2, c = lane & 3, r = warp * 16;
@@ -298,7 +308,7 @@ __device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int war
   for (int i = lane; i < kD; i += 32) range = fmaxf(range, Gr[i] - Gr[15 * kLdG + i]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, o));
-  const bool factored = range <= kMaxFactorExponent;
+  const bool factored = range <= kMaxFactorExponent2;
   const int tiles = 2 * warp + (factored ? 2 : 0);  // column tiles of 8 the products cover
 #pragma unroll 2
   for (int ks = 0; ks < kD / 16; ++ks) {
@@ -310,7 +320,7 @@ __device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int war
     for (int i = 0; i < 4; ++i) {
       const int row = r + g + 8 * (i & 1), col = ch + 8 * (i >> 1);
       const float2 gt = *reinterpret_cast<const float2*>(s.Gc + row * kLdG + col);
-      const float f0 = __expf(gt.x - gr[i >> 1].x), f1 = __expf(gt.y - gr[i >> 1].y);
+      const float f0 = exp2_ftz(gt.x - gr[i >> 1].x), f1 = exp2_ftz(gt.y - gr[i >> 1].y);
       const float2 kv = load2_bf16(s.k + row * kLdQK + col);
       const float2 qv = load2_bf16(s.q + row * kLdQK + col);
       ak[i] = pack_bf16(kv.x * f0, kv.y * f1);
@@ -325,7 +335,7 @@ __device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int war
       for (int h = 0; h < 2; ++h) {
         const float2 gj = *reinterpret_cast<const float2*>(s.Gc + row * kLdG + ch + 8 * h);
         const float2 kv = load2_bf16(s.k + row * kLdQK + ch + 8 * h);
-        bf[h] = pack_bf16(kv.x * __expf(gr[h].x - gj.x), kv.y * __expf(gr[h].y - gj.y));
+        bf[h] = pack_bf16(kv.x * exp2_ftz(gr[h].x - gj.x), kv.y * exp2_ftz(gr[h].y - gj.y));
       }
       mma_bf16(kk[j8], ak, bf[0], bf[1]);
       mma_bf16(qk[j8], aq, bf[0], bf[1]);
@@ -342,7 +352,7 @@ __device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int war
       if (j <= t) {
         for (int i = 0; i < kD; ++i) {
           const float kjd = __bfloat162float(s.k[j * kLdQK + i]) *
-                            __expf(s.Gc[t * kLdG + i] - s.Gc[j * kLdG + i]);
+                            exp2_ftz(s.Gc[t * kLdG + i] - s.Gc[j * kLdG + i]);
           sk += __bfloat162float(s.k[t * kLdQK + i]) * kjd;
           sq += __bfloat162float(s.q[t * kLdQK + i]) * kjd;
         }
@@ -399,18 +409,18 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     if (tid < kC)
       s.beta[tid] =
           tid < n ? a.beta[int64_t(t0 + tid) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
-    // Thread c scans channel c: G[t][c] = sum_{s <= t} g_s[c] (d_k = 128 = blockDim).
-    const float* gc = a.g + int64_t(hv) * a.g_sh + tid;
-    float run = 0.0f;
-#pragma unroll
-    for (int r0 = 0; r0 < kC; r0 += 16) {
-      float x[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) x[j] = r0 + j < n ? gc[int64_t(t0 + r0 + j) * a.g_st] : 0.0f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        run += x[j];
-        s.Gc[(r0 + j) * kLdG + tid] = run;
+    // The raw gate tile into Gc (zeros past n), in flight beside the q and k loads; scanned below.
+    const float* g = a.g + int64_t(hv) * a.g_sh;
+    if (a.g_vec) {
+      for (int e = tid; e < kC * kD / 4; e += blockDim.x) {
+        const int t = e / (kD / 4), c4 = e % (kD / 4) * 4;
+        cp_async16(s.Gc + t * kLdG + c4, t < n ? g + int64_t(t0 + t) * a.g_st + c4 : g, t < n);
+      }
+      cp_async_commit();
+    } else {
+      for (int e = tid; e < kC * kD; e += blockDim.x) {
+        const int t = e / kD, c = e % kD;
+        s.Gc[t * kLdG + c] = t < n ? g[int64_t(t0 + t) * a.g_st + c] : 0.0f;
       }
     }
   } else if (tid < kC) {  // raw; gdn_vec scans them
@@ -476,6 +486,17 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       load8(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + col, x);
       *reinterpret_cast<uint4*>(v16 + int64_t(t0 + t) * a.v16_st + int64_t(hv) * a.v16_sh + col) =
           pack8_bf16(x);
+    }
+  }
+  if constexpr (kKda) {
+    cp_async_wait<0>();
+    __syncthreads();
+    // Thread c scans channel c: G[t][c] = log2(e) sum_{s <= t} g_s[c] (d_k = 128 = blockDim).
+    float run = 0.0f;
+#pragma unroll 16
+    for (int t = 0; t < kC; ++t) {
+      run += s.Gc[t * kLdG + tid] * kLog2e;
+      s.Gc[t * kLdG + tid] = run;
     }
   }
   __syncthreads();
@@ -815,6 +836,7 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
     const float* kg = st.vec;  // GDN's per-token factors
     const float* qg = st.vec + kC;
     const float* kd = st.vec + 2 * kC;
+    const float Gn = kKda ? 0.0f : st.vec[3 * kC + n - 1];
 
     // X = S^T K^T (roles 0, 1) or S^T Q^T (roles 2, 3): 16 value rows x 32 tokens, 128 keys.
     float X[4][4] = {};
@@ -877,13 +899,13 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int t = tok0 + nt * 8 + 2 * c;
+        const float2 f = kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kd + t);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + h * 8;
           *reinterpret_cast<uint32_t*>(s.delta + row * kLdCC + t) =
               pack_bf16(D[nt][2 * h], D[nt][2 * h + 1]);
           if constexpr (!kKda) {
-            const float2 f = *reinterpret_cast<const float2*>(kd + t);
             *reinterpret_cast<uint32_t*>(s.deltad + row * kLdCC + t) =
                 pack_bf16(D[nt][2 * h] * f.x, D[nt][2 * h + 1] * f.y);
           }
@@ -927,7 +949,7 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
         S[nt][0] *= d.x, S[nt][1] *= d.y, S[nt][2] *= d.x, S[nt][3] *= d.y;
       }
     } else {
-      const float decay = __expf(st.vec[3 * kC + n - 1]);
+      const float decay = __expf(Gn);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -1012,6 +1034,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
     const int64_t per16 = a.o_bf16 ? 8 : 4;
     a.o_vec = p.o.stride(2) == 1 && a.o_st % per16 == 0 && a.o_sh % per16 == 0 &&
               reinterpret_cast<uintptr_t>(a.o) % 16 == 0;
+    a.g_vec = a.g_st % 4 == 0 && a.g_sh % 4 == 0 && reinterpret_cast<uintptr_t>(a.g) % 16 == 0;
   }
   float* ws = ptr<float>(p.workspace);
   a.tmat = reinterpret_cast<bf16*>(ws + layout.tc_t);
