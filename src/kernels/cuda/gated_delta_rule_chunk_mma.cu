@@ -272,7 +272,7 @@ __device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<tr
   const float* g_last = s.Gc + (kC - 1) * kLdG;
   const int64_t tile = chunk_head * kC * kD;
   for (int e = threadIdx.x; e < kC * kD / 8; e += blockDim.x) {
-    const int t = e >> 4, c0 = (e & 15) * 8;
+    const int t = e / (kD / 8), c0 = e % (kD / 8) * 8;
     float kx[8], qx[8], kg[8], qg[8], kd[8];
     unpack8_bf16(*reinterpret_cast<const uint4*>(s.k + t * kLdQK + c0), kx);
     unpack8_bf16(*reinterpret_cast<const uint4*>(s.q + t * kLdQK + c0), qx);
@@ -534,7 +534,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int t = m0 + g + 8 * h;
-    const float Gt = s.G[t], bk = s.beta[t] * s.kinv[t], qt = s.qinv[t];
+    const float Gt = kKda ? 0.0f : s.G[t], bk = s.beta[t] * s.kinv[t], qt = s.qinv[t];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int j = nt * 8 + 2 * c;
