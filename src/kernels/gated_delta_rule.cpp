@@ -125,10 +125,12 @@ int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p) {
 
 namespace {
 
-/// A [T, heads, d] activation the tensor-core body can read with 16-byte copies as it is.
+/// A [T, heads, d] activation the tensor-core body can read as it is, by TMA tiles: bf16 rows,
+/// 16-byte aligned, strides multiples of 16 bytes with heads inside tokens (no overlap).
 bool bf16_rows(const TensorView& x) {
   return x.dtype() == DType::kBF16 && x.stride(2) == 1 && x.stride(1) % 8 == 0 &&
-         x.stride(0) % 8 == 0 && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0;
+         x.stride(0) % 8 == 0 && x.stride(1) >= x.size(2) &&
+         x.stride(0) >= x.stride(1) * x.size(1) && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0;
 }
 
 }  // namespace

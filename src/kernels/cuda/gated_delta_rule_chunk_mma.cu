@@ -30,12 +30,13 @@
 //                                          when the inputs are not bf16 rows
 //   state    <<<(B, HV, d_v / VT), 8 VT>>> the chunks of one sequence in order for VT value rows
 //                                          of one value head, four warps per 16 rows; the next
-//                                          chunk's operands stream in (cp.async) while this one
-//                                          computes
+//                                          chunk's tiles stream in (TMA boxes completing on an
+//                                          mbarrier per stage) while this one computes
 #include <cuda_bf16.h>
 
 #include <algorithm>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta_rule_chunk_plan.cuh"
 #include "kernels/gated_delta_rule.h"
@@ -72,13 +73,13 @@ struct MmaArgs : ChunkCall {
   const bf16* v16;
   int64_t q16_st, q16_sh, k16_st, k16_sh, v16_st, v16_sh;
   bool copies;  // the prepare kernel writes q16 / k16 / v16 (KDA: v16 only)
+  // The state kernel's tiles (encode_state_maps): k / q rows (GDN, [T, H, 128]) or Kg / Qg / Kd
+  // (KDA, chunk-major), v rows, T and A_qk (chunk-major); 128-byte swizzle, 64-row boxes.
+  CUtensorMap map_k, map_q, map_kd, map_v, map_t, map_aqk;
 };
 
 // ---- mma.sync / ldmatrix / cp.async ----
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 /// A fragment (16x16, row-major rows of 16 bytes at p for lane's row) or two B fragments.
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -171,27 +172,46 @@ __device__ __forceinline__ float2 load2_bf16(const bf16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 
+// The state kernel's stage tiles arrive by TMA in boxes of 64 rows x 64 bf16 columns (128 bytes)
+// with the 128-byte swizzle: piece p (16 bytes) of a row sits at piece p ^ (row % 8), so the
+// eight rows an ldmatrix phase reads hit distinct banks without padding.
+constexpr int kBox = kC * 64;  // bf16 elements of a 64 x 64 box
+/// Element (row, col) of a tile of 64-column boxes side by side (box col / 64), col a multiple
+/// of 8.
+__device__ __forceinline__ const bf16* sw128(const bf16* tile, int row, int col) {
+  return tile + (col >> 6) * kBox + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3);
+}
+/// Element (row, col) of v's [64][VT] tile: one sw128 box at VT = 64; at VT = 32 rows of 64
+/// bytes in the 64-byte swizzle (piece p at p ^ ((row / 2) % 4)).
+template <int VT>
+__device__ __forceinline__ const bf16* v_at(const bf16* tile, int row, int col) {
+  static_assert(VT == 32 || VT == 64);
+  if constexpr (VT == 64)
+    return sw128(tile, row, col);
+  else
+    return tile + row * 32 + ((((col >> 3) & 3) ^ ((row >> 1) & 3)) << 3);
+}
 // acc[2 NP] (16 rows x 16 NP columns) += A B^T for one 16-deep step: A the fragment af, B stored
-// [n][k] row-major from b (its row n0, column k0) with pitch ldb.
+// [n][k] in sw128 boxes from its row n0, column k0.
 template <int NP>
 __device__ __forceinline__ void mma_bn(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
-                                       const bf16* b, int ldb, int lane) {
+                                       const bf16* tile, int n0, int k0, int lane) {
 #pragma unroll
   for (int np = 0; np < NP; ++np) {
     uint32_t bfr[4];
-    ldsm_x4(bfr, b + (np * 16 + bn_row(lane)) * ldb + bn_col(lane));
+    ldsm_x4(bfr, sw128(tile, n0 + np * 16 + bn_row(lane), k0 + bn_col(lane)));
     mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
     mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
   }
 }
-// The same with B stored [k][n] row-major (b at its row k0, column n0).
+// The same with B stored [k][n] (from its row k0, column n0).
 template <int NP>
 __device__ __forceinline__ void mma_bt(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
-                                       const bf16* b, int ldb, int lane) {
+                                       const bf16* tile, int k0, int n0, int lane) {
 #pragma unroll
   for (int np = 0; np < NP; ++np) {
     uint32_t bfr[4];
-    ldsm_x4_trans(bfr, b + bt_row(lane) * ldb + np * 16 + bt_col(lane));
+    ldsm_x4_trans(bfr, sw128(tile, k0 + bt_row(lane), n0 + np * 16 + bt_col(lane)));
     mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
     mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
   }
@@ -637,87 +657,77 @@ __global__ void __launch_bounds__(128, kKda ? 3 : 5)
 // KDA reads Kg, Qg and Kd in place of K, Q and K with their factors, and decays S^T's columns.
 // Two block barriers a chunk: the stage and S^T are in; Delta^T is in.
 template <int VT, bool kKda>
-struct StateStage {
-  bf16 k[kC * kLdQK];              // GDN: k rows; KDA: Kg
-  bf16 q[kC * kLdQK];              // GDN: q rows; KDA: Qg
-  bf16 kd[kKda ? kC * kLdQK : 8];  // KDA: Kd
-  bf16 v[kC * (VT + 8)];
-  bf16 t[kC * kLdCC];
-  bf16 aqk[kC * kLdCC];
-  float vec[4 * kC];  // GDN: kg, qg, kd, G; KDA: exp(G_n[c]) (ChunkWorkspaceLayout::tc_vec)
+struct StateStage {  // filled by TMA (issue_stage); boxes 1024-byte aligned for the swizzle
+  alignas(1024) bf16 k[2 * kBox];              // [keys 0-63, 64-127][64 tokens] GDN: k; KDA: Kg
+  alignas(1024) bf16 q[2 * kBox];              // GDN: q rows; KDA: Qg
+  alignas(1024) bf16 kd[kKda ? 2 * kBox : 8];  // KDA: Kd
+  alignas(1024) bf16 t[kBox];                  // [64 tokens][64 tokens]
+  alignas(1024) bf16 aqk[kBox];
+  alignas(1024) bf16 v[kC * VT];  // [64 tokens][VT value rows], v_at
+  alignas(16) float vec[4 * kC];  // GDN: kg, qg, kd, G; KDA: exp(G_n[c]) (tc_vec)
 };
+/// The bytes a stage's copies bring (every box counts whole, zeros past the tensor included).
 template <int VT, bool kKda>
-struct StateSmem {
+constexpr uint32_t kStageBytes = (kKda ? 8 : 6) * kBox * 2 + kC* VT * 2 + 4 * kC * 4;
+template <int VT, bool kKda>
+struct alignas(1024) StateSmem {
   StateStage<VT, kKda> stage[2];
   bf16 st[VT * kLdQK];                 // S^T as bf16, the A operand of the products with K, Q
   bf16 p[VT * 40];                     // P^T of tokens 0-31
   bf16 delta[VT * kLdCC];              // Delta^T
   bf16 deltad[kKda ? 8 : VT * kLdCC];  // GDN: Delta^T Diag(kd)
   float o[kC * (VT + 4)];
+  uint64_t full[2];  // the stages' mbarriers
 };
 constexpr int kPitchP = 40;
-
-/// Where one thread's cp.async pieces of a stage come from: fixed per block, offset per chunk.
-struct StageSources {
-  const bf16* k;  // this thread's piece of row 0 of key head kh (row t: + t k16_st)
-  const bf16* q;
-  const bf16* v;  // value head hv, columns v0 ..
-};
-
+/// Dynamic shared memory a state block asks: StateSmem and room to align its start to 1024 bytes.
 template <int VT, bool kKda>
-__device__ void load_stage(const MmaArgs& a, const StageSources& src, StateStage<VT, kKda>& st,
-                           int chunk, int t0, int n, int hv) {
-  constexpr int kThreads = VT * 8, kRowsPerPass = kThreads / 16;
-  const int tid = threadIdx.x, piece = tid & 15, r0 = tid >> 4;
-  const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
-  // q and k: 16 pieces of 8 channels a row; rows past the sequence are zeros.
-  if constexpr (kKda) {  // the prepare kernel's tiles, zeros past n already
-    const int64_t at = chunk_head * kC * kD + piece * 8;
+constexpr size_t kStateSmemBytes = sizeof(StateSmem<VT, kKda>) + 1024;
+
+/// One thread: chunk's tiles for value head hv, value rows v0 .., into a stage, completing on
+/// `full`. KDA's Kg / Qg / Kd and every T / A_qk / vec are chunk-major (row (chunk HV + hv) 64).
+template <int VT, bool kKda>
+__device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t* full, int chunk,
+                            int t0, int kh, int hv, int v0) {
+  const int row = (chunk * a.HV + hv) * kC;  // < 2^31 (encode_state_maps)
+  mbar_expect_tx(full, kStageBytes<VT, kKda>);
 #pragma unroll
-    for (int j = 0; j < kC / kRowsPerPass; ++j) {
-      const int r = r0 + j * kRowsPerPass;
-      cp_async16(st.k + r * kLdQK + piece * 8, a.kg + at + r * kD, true);
-      cp_async16(st.q + r * kLdQK + piece * 8, a.qg + at + r * kD, true);
-      cp_async16(st.kd + r * kLdQK + piece * 8, a.kd + at + r * kD, true);
-    }
-  } else {
-    const bf16* k = src.k + int64_t(t0 + r0) * a.k16_st;
-    const bf16* q = src.q + int64_t(t0 + r0) * a.q16_st;
-#pragma unroll
-    for (int j = 0; j < kC / kRowsPerPass; ++j) {
-      const int r = r0 + j * kRowsPerPass;
-      const bool valid = r < n;
-      cp_async16(st.k + r * kLdQK + piece * 8, valid ? k : src.k, valid);
-      cp_async16(st.q + r * kLdQK + piece * 8, valid ? q : src.q, valid);
-      k += kRowsPerPass * a.k16_st;
-      q += kRowsPerPass * a.q16_st;
+  for (int box = 0; box < 2; ++box) {
+    if constexpr (kKda) {
+      tma_load_2d(st.k + box * kBox, &a.map_k, 64 * box, row, full);
+      tma_load_2d(st.q + box * kBox, &a.map_q, 64 * box, row, full);
+      tma_load_2d(st.kd + box * kBox, &a.map_kd, 64 * box, row, full);
+    } else {
+      tma_load_3d(st.k + box * kBox, &a.map_k, 64 * box, kh, t0, full);
+      tma_load_3d(st.q + box * kBox, &a.map_q, 64 * box, kh, t0, full);
     }
   }
-  {  // v: VT / 8 pieces a row
-    constexpr int kVPieces = VT / 8, kVRowsPerPass = kThreads / kVPieces;
-    const int vp = tid % kVPieces, vr0 = tid / kVPieces;
-    const bf16* v = src.v + int64_t(t0 + vr0) * a.v16_st + vp * 8;
-#pragma unroll
-    for (int j = 0; j < kC / kVRowsPerPass; ++j) {
-      const int r = vr0 + j * kVRowsPerPass;
-      const bool valid = r < n;
-      cp_async16(st.v + r * (VT + 8) + vp * 8, valid ? v : src.v, valid);
-      v += kVRowsPerPass * a.v16_st;
+  tma_load_3d(st.v, &a.map_v, v0, hv, t0, full);
+  tma_load_2d(st.t, &a.map_t, 0, row, full);
+  tma_load_2d(st.aqk, &a.map_aqk, 0, row, full);
+  bulk_load(st.vec, a.vec + int64_t(row) * 4, 4 * kC * sizeof(float), full);
+}
+
+/// Rows n .. 63 of a stage's v (and GDN's k, q) tiles to zeros: the boxes brought the next
+/// sequence's rows there (zeros only past T), which must not reach this one's products even as
+/// 0 x inf. KDA's tiles, T and A_qk are zeros past n already.
+template <int VT, bool kKda>
+__device__ void zero_tail(StateStage<VT, kKda>& st, int n) {
+  constexpr int kThreads = VT * 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  if constexpr (!kKda) {
+    for (int e = threadIdx.x; e < 2 * kC * 8; e += kThreads) {  // 2 boxes x 64 rows x 8 pieces
+      const int r = (e >> 3) & (kC - 1), at = (e >> 9) * kBox + r * 64 + (e & 7) * 8;
+      if (r >= n) {
+        *reinterpret_cast<uint4*>(st.k + at) = zero;
+        *reinterpret_cast<uint4*>(st.q + at) = zero;
+      }
     }
   }
-  {  // T and A_qk: 8 pieces a row of 64
-    const bf16* tm = a.tmat + chunk_head * kC * kC;
-    const bf16* aq = a.aqk + chunk_head * kC * kC;
-    const int p8 = tid & 7, rr0 = tid >> 3;
-    constexpr int kPass = kThreads / 8;
-#pragma unroll
-    for (int j = 0; j < kC / kPass; ++j) {
-      const int r = rr0 + j * kPass;
-      cp_async16(st.t + r * kLdCC + p8 * 8, tm + r * kC + p8 * 8, true);
-      cp_async16(st.aqk + r * kLdCC + p8 * 8, aq + r * kC + p8 * 8, true);
-    }
+  for (int e = threadIdx.x; e < kC * VT / 8; e += kThreads) {
+    const int r = e / (VT / 8);
+    if (r >= n) *reinterpret_cast<uint4*>(st.v + e * 8) = zero;
   }
-  if (tid < kC) cp_async16(st.vec + tid * 4, a.vec + chunk_head * 4 * kC + tid * 4, true);
 }
 
 /// o rows t0 .. t0 + n of value head hv, columns v0 .. v0 + VT, from the f32 tile [64][VT + 4]:
@@ -768,7 +778,7 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 }
 
 template <int VT, bool kKda>
-__global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant__ MmaArgs a) {
+__global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_constant__ MmaArgs a) {
   constexpr int kRowBlocks = VT / 16;
   const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -777,7 +787,13 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
   const bool o_warp = role >= 2;
   const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  StateSmem<VT, kKda>& s = *reinterpret_cast<StateSmem<VT, kKda>*>(smem_raw);
+  StateSmem<VT, kKda>& s = *reinterpret_cast<StateSmem<VT, kKda>*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  if (threadIdx.x == 0) {
+    mbar_init(&s.full[0], 1);
+    mbar_init(&s.full[1], 1);
+    mbar_init_fence();
+  }
 
   // This warp's part of S^T: rows 16 rb + {g, g + 8}, keys 32 role + 8 nt + 2c + {0, 1}.
   const int row0 = rb * 16 + g;
@@ -811,26 +827,20 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
   int64_t boundary = a.boundary_first[b];
   const auto chunk_t0 = [&](int chunk) { return begin + (chunk - first) * kC; };
   const int kh = hv / a.group;
-  const StageSources src{
-      .k = kKda ? nullptr : a.k16 + int64_t(kh) * a.k16_sh + (threadIdx.x & 15) * 8,
-      .q = kKda ? nullptr : a.q16 + int64_t(kh) * a.q16_sh + (threadIdx.x & 15) * 8,
-      .v = a.v16 + int64_t(hv) * a.v16_sh + v0};
-  if (first < last) {
-    load_stage<VT, kKda>(a, src, s.stage[0], first, begin, min(kC, end - begin), hv);
-    cp_async_commit();
-  }
+  __syncthreads();  // the mbarriers are initialised
+  if (threadIdx.x == 0 && first < last)
+    issue_stage<VT, kKda>(a, s.stage[0], &s.full[0], first, begin, kh, hv, v0);
   int prev_t0 = 0, prev_n = 0;
   for (int chunk = first; chunk < last; ++chunk) {
-    const int t0 = chunk_t0(chunk), n = min(kC, end - t0);
-    StateStage<VT, kKda>& st = s.stage[(chunk - first) & 1];
-    cp_async_wait<0>();
-    __syncthreads();         // the stage and S^T are in; the last chunk's o tile is complete
-    if (chunk + 1 < last) {  // into the other stage, whose readers all passed the barrier
-      const int t1 = chunk_t0(chunk + 1);
-      load_stage<VT, kKda>(a, src, s.stage[(chunk + 1 - first) & 1], chunk + 1, t1,
-                           min(kC, end - t1), hv);
-      cp_async_commit();
-    }
+    const int t0 = chunk_t0(chunk), n = min(kC, end - t0), use = chunk - first;
+    StateStage<VT, kKda>& st = s.stage[use & 1];
+    mbar_wait(&s.full[use & 1], (use >> 1) & 1);
+    if (n < kC) zero_tail(st, n);
+    __syncthreads();  // the stage and S^T are in; the last chunk's o tile is complete
+    // The next chunk into the other stage, whose readers all passed the barrier.
+    if (threadIdx.x == 0 && chunk + 1 < last)
+      issue_stage<VT, kKda>(a, s.stage[(use + 1) & 1], &s.full[(use + 1) & 1], chunk + 1,
+                            chunk_t0(chunk + 1), kh, hv, v0);
     if (chunk > first) store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
     prev_t0 = t0, prev_n = n;
     const float* kg = st.vec;  // GDN's per-token factors
@@ -841,12 +851,12 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
     // X = S^T K^T (roles 0, 1) or S^T Q^T (roles 2, 3): 16 value rows x 32 tokens, 128 keys.
     float X[4][4] = {};
     {
-      const bf16* kq = (o_warp ? st.q : st.k) + tok0 * kLdQK;
+      const bf16* kq = o_warp ? st.q : st.k;
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
         uint32_t af[4];
         load_a(af, s.st + rb * 16 * kLdQK + ks * 16, kLdQK, lane);
-        mma_bn<2>(X, af, kq + ks * 16, kLdQK, lane);
+        mma_bn<2>(X, af, kq, tok0, ks * 16, lane);
       }
     }
     if (!o_warp) {
@@ -855,8 +865,8 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int tile = lane >> 3;
-        ldsm_x4_trans(vt[j], st.v + (tok0 + 16 * j + 8 * (tile >> 1) + (lane & 7)) * (VT + 8) +
-                                 rb * 16 + 8 * (tile & 1));
+        ldsm_x4_trans(vt[j], v_at<VT>(st.v, tok0 + 16 * j + 8 * (tile >> 1) + (lane & 7),
+                                      rb * 16 + 8 * (tile & 1)));
       }
       uint32_t pa[2][4];  // A fragments of P^T, tokens tok0 + 16 ks ..
 #pragma unroll
@@ -872,7 +882,6 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
         }
       }
       float D[4][4] = {};  // Delta^T, this warp's 32 tokens
-      const bf16* tm = st.t + tok0 * kLdCC;
       if (half == 0) {
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks)
@@ -884,17 +893,17 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
                                            2 * c) = pa[ks][2 * half_k + h];
         named_arrive(1 + rb, 64);
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], tm + ks * 16, kLdCC, lane);
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], st.t, tok0, ks * 16, lane);
       } else {
         named_sync(1 + rb, 64);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
           uint32_t af[4];
           load_a(af, s.p + rb * 16 * kPitchP + ks * 16, kPitchP, lane);
-          mma_bn<2>(D, af, tm + ks * 16, kLdCC, lane);
+          mma_bn<2>(D, af, st.t, tok0, ks * 16, lane);
         }
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], tm + 32 + ks * 16, kLdCC, lane);
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], st.t, tok0, 32 + ks * 16, lane);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -923,13 +932,12 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
           for (int h = 0; h < 2; ++h) X[nt][2 * h] *= f.x, X[nt][2 * h + 1] *= f.y;
         }
       }
-      const bf16* aq = st.aqk + tok0 * kLdCC;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         if (ks >= 2 && half == 0) break;
         uint32_t af[4];
         load_a(af, s.delta + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
-        mma_bn<2>(X, af, aq + ks * 16, kLdCC, lane);
+        mma_bn<2>(X, af, st.aqk, tok0, ks * 16, lane);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
@@ -959,7 +967,7 @@ __global__ void __launch_bounds__(VT * 8) mma_state_kernel(const __grid_constant
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t af[4];
       load_a(af, (kKda ? s.delta : s.deltad) + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
-      mma_bt<2>(S, af, (kKda ? st.kd : st.k) + ks * 16 * kLdQK + role * 32, kLdQK, lane);
+      mma_bt<2>(S, af, kKda ? st.kd : st.k, ks * 16, role * 32, lane);
     }
     if (n == kC) {
       if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
@@ -1005,11 +1013,46 @@ int sm_count() {
   return count;
 }
 
+/// The state kernel's tensor maps (MmaArgs::map_*) for value tiles of VT columns. The rows the
+/// body reads as they are passed bf16_rows (16-byte aligned, strides multiples of 16 bytes and
+/// growing outward), as TMA wants.
+void encode_state_maps(MmaArgs& a, bool kda, int VT) {
+  const uint64_t chunk_rows = uint64_t(a.max_chunks) * uint64_t(a.HV) * kC;
+  HYLA_CHECK(chunk_rows < (uint64_t(1) << 31), "chunk workspace of ", chunk_rows,
+             " rows: TMA coordinates are 32-bit");
+  const auto chunk_major = [&](const bf16* base, uint64_t cols) {  // [chunk_rows, cols]
+    const uint64_t dims[2] = {cols, chunk_rows}, strides[1] = {cols * sizeof(bf16)};
+    const uint32_t box[2] = {64, kC};
+    return bf16_tensor_map(2, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  // [T, heads, cols] rows with the given strides (elements), boxes of bc columns x 64 tokens.
+  const auto token_major = [&](const bf16* base, uint64_t cols, uint64_t heads, int64_t st,
+                               int64_t sh, uint32_t bc) {
+    const uint64_t dims[3] = {cols, heads, uint64_t(a.T)};
+    const uint64_t strides[2] = {uint64_t(sh) * sizeof(bf16), uint64_t(st) * sizeof(bf16)};
+    const uint32_t box[3] = {bc, 1, kC};
+    return bf16_tensor_map(3, base, dims, strides, box,
+                           bc == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+  };
+  a.map_t = chunk_major(a.tmat, kC);
+  a.map_aqk = chunk_major(a.aqk, kC);
+  if (kda) {
+    a.map_k = chunk_major(a.kg, kD);
+    a.map_q = chunk_major(a.qg, kD);
+    a.map_kd = chunk_major(a.kd, kD);
+  } else {
+    a.map_k = token_major(a.k16, kD, uint64_t(a.H), a.k16_st, a.k16_sh, 64);
+    a.map_q = token_major(a.q16, kD, uint64_t(a.H), a.q16_st, a.q16_sh, 64);
+  }
+  a.map_v = token_major(a.v16, uint64_t(a.d_v), uint64_t(a.HV), a.v16_st, a.v16_sh, uint32_t(VT));
+}
+
 template <int VT, bool kKda>
-void launch_state(const MmaArgs& a, cudaStream_t s) {
-  allow_dynamic_smem(mma_state_kernel<VT, kKda>, sizeof(StateSmem<VT, kKda>));
+void launch_state(MmaArgs& a, cudaStream_t s) {
+  if (a.T > 0) encode_state_maps(a, kKda, VT);  // else no sequence has a chunk
+  allow_dynamic_smem(mma_state_kernel<VT, kKda>, kStateSmemBytes<VT, kKda>);
   mma_state_kernel<VT, kKda><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 8,
-                               sizeof(StateSmem<VT, kKda>), s>>>(a);
+                               kStateSmemBytes<VT, kKda>, s>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
 }
 

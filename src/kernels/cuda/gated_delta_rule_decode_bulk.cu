@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gated_delta_rule_decode_common.cuh"
 
@@ -13,59 +14,17 @@ namespace hyla::kernels::cuda::decode_detail {
 
 namespace {
 
+template <typename Ts, int kDk>
+constexpr uint32_t bulk_smem_bytes() {
+  return uint32_t(kBulkStages * kBulkRows * kDk * sizeof(Ts));
+}
+
 /// One block per (sequence, key head); its rows go through shared memory in chunks
 /// of kBulkRows rows, kBulkStages chunks in flight, each a bulk copy (cp.async.bulk) completing on
 /// an mbarrier, so the bytes in flight do not depend on registers. The block's warps update a
 /// chunk in shared memory (kBulkRows / kBulkWarps rows each), then one thread writes it back with a
 /// bulk store and refills the stage. T = 1 (decode, or verify with one token: the state goes to
 /// step_states). Every window is read by this block alone: advanced at once.
-__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-}
-/// Arrives on bar and tells it `bytes` more are coming from bulk copies.
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred ready;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, ready;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
-               "r"(smem_addr(src)), "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-template <typename Ts, int kDk>
-constexpr uint32_t bulk_smem_bytes() {
-  return uint32_t(kBulkStages * kBulkRows * kDk * sizeof(Ts));
-}
-
 template <typename Ts, bool kKda, int kDk>
 __global__ void __launch_bounds__(32 * kBulkWarps)
     decode_bulk_kernel(const __grid_constant__ StepArgs p) {
@@ -100,7 +59,7 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kBulkStages; ++st) mbar_init(&s_full[st], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
     for (int c = 0; c < kBulkStages && c < chunks; ++c) {
       mbar_expect_tx(&s_full[c], kStageBytes);
       bulk_load(s_rows + c * kStageElems, g_state + int64_t(c) * kStageElems, kStageBytes,
