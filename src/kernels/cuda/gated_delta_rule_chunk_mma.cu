@@ -58,11 +58,13 @@ constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fra
 
 /// The call's operands (ChunkCall) and this body's workspace regions.
 struct MmaArgs : ChunkCall {
-  bool o_vec;  // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
-  bool g_vec;  // KDA: g's rows take 16-byte copies
-  bf16* tmat;  // [max_chunks, HV, 64, 64]
-  bf16* aqk;   // [max_chunks, HV, 64, 64]
-  float* vec;  // [max_chunks, HV, 4, 64]: kg, qg, kd, G (GDN) or exp(G_n[c]) (KDA); tc_vec
+  bool o_vec;     // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
+  bool g_vec;     // KDA: g's rows take 16-byte copies
+  bool qk_async;  // q and k are bf16 rows of 16-byte pieces: the prepare kernel copies them into
+                  // its tiles by cp.async (no register staging) and takes the norms from there
+  bf16* tmat;     // [max_chunks, HV, 64, 64]
+  bf16* aqk;      // [max_chunks, HV, 64, 64]
+  float* vec;     // [max_chunks, HV, 4, 64]: kg, qg, kd, G (GDN) or exp(G_n[c]) (KDA); tc_vec
   // KDA: [max_chunks, HV, 64, 128] each: Kg, Qg, Kd (ChunkWorkspaceLayout::tc_kg, tc_qg, tc_kd)
   bf16* kg;
   bf16* qg;
@@ -81,15 +83,18 @@ struct MmaArgs : ChunkCall {
 // ---- mma.sync / ldmatrix / cp.async ----
 
 /// A fragment (16x16, row-major rows of 16 bytes at p for lane's row) or two B fragments.
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(addr));
 }
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  ldsm_x4(r, smem_addr(p));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(addr));
 }
 /// c += a b, m16n8k16, bf16 operands, f32 accumulators.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -173,45 +178,35 @@ __device__ __forceinline__ float2 load2_bf16(const bf16* p) {
 }
 
 // The state kernel's stage tiles arrive by TMA in boxes of 64 rows x 64 bf16 columns (128 bytes)
-// with the 128-byte swizzle: piece p (16 bytes) of a row sits at piece p ^ (row % 8), so the
-// eight rows an ldmatrix phase reads hit distinct banks without padding.
-constexpr int kBox = kC * 64;  // bf16 elements of a 64 x 64 box
-/// Element (row, col) of a tile of 64-column boxes side by side (box col / 64), col a multiple
-/// of 8.
-__device__ __forceinline__ const bf16* sw128(const bf16* tile, int row, int col) {
-  return tile + (col >> 6) * kBox + row * 64 + ((((col >> 3) & 7) ^ (row & 7)) << 3);
-}
-/// Element (row, col) of v's [64][VT] tile: one sw128 box at VT = 64; at VT = 32 rows of 64
-/// bytes in the 64-byte swizzle (piece p at p ^ ((row / 2) % 4)).
-template <int VT>
-__device__ __forceinline__ const bf16* v_at(const bf16* tile, int row, int col) {
-  static_assert(VT == 32 || VT == 64);
-  if constexpr (VT == 64)
-    return sw128(tile, row, col);
-  else
-    return tile + row * 32 + ((((col >> 3) & 3) ^ ((row >> 1) & 3)) << 3);
-}
-// acc[2 NP] (16 rows x 16 NP columns) += A B^T for one 16-deep step: A the fragment af, B stored
-// [n][k] in sw128 boxes from its row n0, column k0.
+// with the 128-byte swizzle: piece p (16 bytes) of row r sits at piece p ^ (r % 8), so the eight
+// rows an ldmatrix phase reads hit distinct banks without padding. v's tile at VT = 32 has rows
+// of 64 bytes in the 64-byte swizzle (piece p at p ^ ((r / 2) % 4)). The kernel computes each
+// lane's swizzled offsets once (SwizzledOffsets); a read adds compile-time constants to them.
+constexpr int kBox = kC * 64;             // bf16 elements of a 64 x 64 box
+constexpr uint32_t kBoxBytes = kBox * 2;  // 8 KB
+constexpr uint32_t kRowBytes = 128;       // a box row
+
+/// acc[2 NP] (16 rows x 16 NP columns) += A B^T for one 16-deep step: A the fragment af, B's
+/// ldmatrix rows at addr (n-tile pairs 16 rows apart), B stored [n][k].
 template <int NP>
 __device__ __forceinline__ void mma_bn(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
-                                       const bf16* tile, int n0, int k0, int lane) {
+                                       uint32_t addr) {
 #pragma unroll
   for (int np = 0; np < NP; ++np) {
     uint32_t bfr[4];
-    ldsm_x4(bfr, sw128(tile, n0 + np * 16 + bn_row(lane), k0 + bn_col(lane)));
+    ldsm_x4(bfr, addr + np * 16 * kRowBytes);
     mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
     mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
   }
 }
-// The same with B stored [k][n] (from its row k0, column n0).
+/// The same with B stored [k][n] (transposed ldmatrix), the n-tile pairs at addr[np].
 template <int NP>
 __device__ __forceinline__ void mma_bt(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
-                                       const bf16* tile, int k0, int n0, int lane) {
+                                       const uint32_t (&addr)[NP]) {
 #pragma unroll
   for (int np = 0; np < NP; ++np) {
     uint32_t bfr[4];
-    ldsm_x4_trans(bfr, sw128(tile, k0 + bt_row(lane), n0 + np * 16 + bt_col(lane)));
+    ldsm_x4_trans(bfr, addr[np]);
     mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
     mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
   }
@@ -408,7 +403,8 @@ __device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s,
   *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
 }
 
-template <bool kKda>
+/// kAsync: MmaArgs::qk_async (a separate instantiation: the staged path's registers stay its own).
+template <bool kKda, bool kAsync>
 __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda>& s, int hv,
                                               int chunk) {
   const int kh = hv / a.group;
@@ -451,49 +447,63 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   }
   const bool writes_copies = !kKda && a.copies && hv % a.group == 0;
   const int piece = tid & 15, r0 = tid >> 4;
+  // 1 / |row| (times scale for q) of the tile row r from its sum of squares ss; 0 past n.
+  const auto inverse_norm = [&](bool is_q, int r, float ss) {
+    if (r >= n) return 0.0f;
+    if (is_q) return a.l2norm ? a.scale / sqrtf(ss + kL2NormEps) : a.scale;
+    return a.l2norm ? 1.0f / sqrtf(ss + kL2NormEps) : 1.0f;
+  };
+  if constexpr (kAsync) {
 #pragma unroll
-  for (int which = 0; which < 2; ++which) {
-    const bool is_q = which == 0;
-    const void* src = is_q ? a.q : a.k;
-    const bool src_bf16 = is_q ? a.q_bf16 : a.k_bf16;
-    const int64_t row_stride = is_q ? a.q_st : a.k_st;
-    const int64_t at = int64_t(kh) * (is_q ? a.q_sh : a.k_sh) + piece * 8;
-    float x[8][8];
+    for (int which = 0; which < 2; ++which) {
+      const bool is_q = which == 0;
+      const bf16* src = static_cast<const bf16*>(is_q ? a.q : a.k);
+      const int64_t st = is_q ? a.q_st : a.k_st;
+      const bf16* row = src + int64_t(kh) * (is_q ? a.q_sh : a.k_sh) + piece * 8 + (t0 + r0) * st;
+      bf16* tile = is_q ? s.q : s.k;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int r = r0 + 8 * j;
-      if (r < n) {
-        load8(src, src_bf16, int64_t(t0 + r) * row_stride + at, x[j]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) x[j][e] = 0.0f;
+      for (int j = 0; j < 8; ++j, row += 8 * st) {
+        const int r = r0 + 8 * j;
+        cp_async16(tile + r * kLdQK + piece * 8, r < n ? row : src, r < n);
       }
     }
-    bf16* tile = is_q ? s.q : s.k;
-    bf16* copy = const_cast<bf16*>(is_q ? a.q16 : a.k16);
-    const int64_t copy_st = is_q ? a.q16_st : a.k16_st;
-    const int64_t copy_at = int64_t(kh) * (is_q ? a.q16_sh : a.k16_sh) + piece * 8;
+    cp_async_commit();
+  } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int r = r0 + 8 * j;
-      float ss = 0.0f;
+    for (int which = 0; which < 2; ++which) {
+      const bool is_q = which == 0;
+      const void* src = is_q ? a.q : a.k;
+      const bool src_bf16 = is_q ? a.q_bf16 : a.k_bf16;
+      const int64_t row_stride = is_q ? a.q_st : a.k_st;
+      const int64_t at = int64_t(kh) * (is_q ? a.q_sh : a.k_sh) + piece * 8;
+      float x[8][8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ss += x[j][e] * x[j][e];
-#pragma unroll
-      for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      const uint4 packed = pack8_bf16(x[j]);
-      *reinterpret_cast<uint4*>(tile + r * kLdQK + piece * 8) = packed;
-      if (writes_copies && r < n)
-        *reinterpret_cast<uint4*>(copy + int64_t(t0 + r) * copy_st + copy_at) = packed;
-      if (piece == 0) {
-        float inv = 0.0f;
+      for (int j = 0; j < 8; ++j) {
+        const int r = r0 + 8 * j;
         if (r < n) {
-          if (is_q)
-            inv = a.l2norm ? a.scale / sqrtf(ss + kL2NormEps) : a.scale;
-          else
-            inv = a.l2norm ? 1.0f / sqrtf(ss + kL2NormEps) : 1.0f;
+          load8(src, src_bf16, int64_t(t0 + r) * row_stride + at, x[j]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) x[j][e] = 0.0f;
         }
-        (is_q ? s.qinv : s.kinv)[r] = inv;
+      }
+      bf16* tile = is_q ? s.q : s.k;
+      bf16* copy = const_cast<bf16*>(is_q ? a.q16 : a.k16);
+      const int64_t copy_st = is_q ? a.q16_st : a.k16_st;
+      const int64_t copy_at = int64_t(kh) * (is_q ? a.q16_sh : a.k16_sh) + piece * 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int r = r0 + 8 * j;
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += x[j][e] * x[j][e];
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const uint4 packed = pack8_bf16(x[j]);
+        *reinterpret_cast<uint4*>(tile + r * kLdQK + piece * 8) = packed;
+        if (writes_copies && r < n)
+          *reinterpret_cast<uint4*>(copy + int64_t(t0 + r) * copy_st + copy_at) = packed;
+        if (piece == 0) (is_q ? s.qinv : s.kinv)[r] = inverse_norm(is_q, r, ss);
       }
     }
   }
@@ -508,9 +518,30 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
           pack8_bf16(x);
     }
   }
-  if constexpr (kKda) {
+  if constexpr (kKda || kAsync) {
     cp_async_wait<0>();
     __syncthreads();
+  }
+  if constexpr (kAsync) {  // the norms from the tiles, a half warp a row
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const bool is_q = which == 0;
+      const bf16* tile = is_q ? s.q : s.k;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int r = r0 + 8 * j;
+        float x[8];
+        unpack8_bf16(*reinterpret_cast<const uint4*>(tile + r * kLdQK + piece * 8), x);
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += x[e] * x[e];
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (piece == 0) (is_q ? s.qinv : s.kinv)[r] = inverse_norm(is_q, r, ss);
+      }
+    }
+  }
+  if constexpr (kKda) {
     // Thread c scans channel c: G[t][c] = log2(e) sum_{s <= t} g_s[c] (d_k = 128 = blockDim).
     float run = 0.0f;
 #pragma unroll 16
@@ -635,13 +666,13 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
 
 /// Chunks blockIdx.y, + gridDim.y, ... (the grid's y extent is capped at 65535) of value head
 /// blockIdx.x.
-template <bool kKda>
+template <bool kKda, bool kAsync>
 __global__ void __launch_bounds__(128, kKda ? 3 : 5)
     mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   PrepareSmem<kKda>& s = *reinterpret_cast<PrepareSmem<kKda>*>(smem_raw);
   for (int chunk = blockIdx.y; chunk < a.max_chunks; chunk += gridDim.y) {
-    prepare_chunk(a, s, blockIdx.x, chunk);
+    prepare_chunk<kKda, kAsync>(a, s, blockIdx.x, chunk);
     __syncthreads();  // the next chunk rewrites the shared tiles
   }
 }
@@ -663,7 +694,7 @@ struct StateStage {  // filled by TMA (issue_stage); boxes 1024-byte aligned for
   alignas(1024) bf16 kd[kKda ? 2 * kBox : 8];  // KDA: Kd
   alignas(1024) bf16 t[kBox];                  // [64 tokens][64 tokens]
   alignas(1024) bf16 aqk[kBox];
-  alignas(1024) bf16 v[kC * VT];  // [64 tokens][VT value rows], v_at
+  alignas(1024) bf16 v[kC * VT];  // [64 tokens][VT value rows]
   alignas(16) float vec[4 * kC];  // GDN: kg, qg, kd, G; KDA: exp(G_n[c]) (tc_vec)
 };
 /// The bytes a stage's copies bring (every box counts whole, zeros past the tensor included).
@@ -788,7 +819,7 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
   const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   StateSmem<VT, kKda>& s = *reinterpret_cast<StateSmem<VT, kKda>*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
   if (threadIdx.x == 0) {
     mbar_init(&s.full[0], 1);
     mbar_init(&s.full[1], 1);
@@ -798,6 +829,27 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
   // This warp's part of S^T: rows 16 rb + {g, g + 8}, keys 32 role + 8 nt + 2c + {0, 1}.
   const int row0 = rb * 16 + g;
   const int key0 = role * 32 + 2 * c;
+
+  // This lane's ldmatrix row offsets in the swizzled stage tiles (bytes from the tile):
+  // bn[K2]: B [n][k] rows tok0 + bn_row, columns 16 K2 + bn_col of a box (the row's piece
+  //         (2 K2 + bn_col / 8) ^ (row % 8), row % 8 = lane % 8); a read adds box and n-tile;
+  // bt[np]: B [k][n] rows bt_row, columns 32 role + 16 np + bt_col (S's update; + 16 ks rows);
+  // vt:     v rows tok0 + 8 (lane / 16) + lane % 8, columns 16 rb + 8 ((lane / 8) % 2).
+  const int lane7 = lane & 7;
+  uint32_t bn[4], bt[2];
+#pragma unroll
+  for (int k2 = 0; k2 < 4; ++k2)
+    bn[k2] = (tok0 + bn_row(lane)) * kRowBytes + (((2 * k2 | (bn_col(lane) >> 3)) ^ lane7) << 4);
+#pragma unroll
+  for (int np = 0; np < 2; ++np)
+    bt[np] = (role >> 1) * kBoxBytes + bt_row(lane) * kRowBytes +
+             (((((role * 4 + np * 2) & 7) | (bt_col(lane) >> 3)) ^ lane7) << 4);
+  uint32_t vt_off;
+  {
+    const int vrow = tok0 + 8 * (lane >> 4) + lane7, vpiece = 2 * rb + ((lane >> 3) & 1);
+    vt_off = VT == 64 ? vrow * kRowBytes + ((vpiece ^ lane7) << 4)
+                      : vrow * 64 + (((vpiece & 3) ^ ((lane >> 1) & 3)) << 4);
+  }
   const int64_t state_floats = int64_t(a.d_v) * kD;
   float S[4][4];
   const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
@@ -851,23 +903,19 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
     // X = S^T K^T (roles 0, 1) or S^T Q^T (roles 2, 3): 16 value rows x 32 tokens, 128 keys.
     float X[4][4] = {};
     {
-      const bf16* kq = o_warp ? st.q : st.k;
+      const uint32_t kq = smem_addr(o_warp ? st.q : st.k);
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
         uint32_t af[4];
         load_a(af, s.st + rb * 16 * kLdQK + ks * 16, kLdQK, lane);
-        mma_bn<2>(X, af, kq, tok0, ks * 16, lane);
+        mma_bn<2>(X, af, kq + (ks >> 2) * kBoxBytes + bn[ks & 3]);
       }
     }
     if (!o_warp) {
       // P^T = V^T - X Diag(kg), V^T's fragments by transposed ldmatrix of the V tile [t][row].
       uint32_t vt[2][4];
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int tile = lane >> 3;
-        ldsm_x4_trans(vt[j], v_at<VT>(st.v, tok0 + 16 * j + 8 * (tile >> 1) + (lane & 7),
-                                      rb * 16 + 8 * (tile & 1)));
-      }
+      for (int j = 0; j < 2; ++j) ldsm_x4_trans(vt[j], smem_addr(st.v) + vt_off + j * 16 * VT * 2);
       uint32_t pa[2][4];  // A fragments of P^T, tokens tok0 + 16 ks ..
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -893,17 +941,17 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
                                            2 * c) = pa[ks][2 * half_k + h];
         named_arrive(1 + rb, 64);
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], st.t, tok0, ks * 16, lane);
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], smem_addr(st.t) + bn[ks]);
       } else {
         named_sync(1 + rb, 64);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
           uint32_t af[4];
           load_a(af, s.p + rb * 16 * kPitchP + ks * 16, kPitchP, lane);
-          mma_bn<2>(D, af, st.t, tok0, ks * 16, lane);
+          mma_bn<2>(D, af, smem_addr(st.t) + bn[ks]);
         }
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], st.t, tok0, 32 + ks * 16, lane);
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], smem_addr(st.t) + bn[2 + ks]);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -937,7 +985,7 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
         if (ks >= 2 && half == 0) break;
         uint32_t af[4];
         load_a(af, s.delta + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
-        mma_bn<2>(X, af, st.aqk, tok0, ks * 16, lane);
+        mma_bn<2>(X, af, smem_addr(st.aqk) + bn[ks]);
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
@@ -967,7 +1015,9 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t af[4];
       load_a(af, (kKda ? s.delta : s.deltad) + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
-      mma_bt<2>(S, af, kKda ? st.kd : st.k, ks * 16, role * 32, lane);
+      const uint32_t kt = smem_addr(kKda ? st.kd : st.k) + ks * 16 * kRowBytes;
+      const uint32_t at[2] = {kt + bt[0], kt + bt[1]};
+      mma_bt<2>(S, af, at);
     }
     if (n == kC) {
       if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
@@ -1056,11 +1106,11 @@ void launch_state(MmaArgs& a, cudaStream_t s) {
   HYLA_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kKda>
+template <bool kKda, bool kAsync>
 void launch_prepare(const MmaArgs& a, cudaStream_t s) {
-  allow_dynamic_smem(mma_prepare_kernel<kKda>, sizeof(PrepareSmem<kKda>));
-  mma_prepare_kernel<kKda><<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))), 128,
-                             sizeof(PrepareSmem<kKda>), s>>>(a);
+  allow_dynamic_smem(mma_prepare_kernel<kKda, kAsync>, sizeof(PrepareSmem<kKda>));
+  mma_prepare_kernel<kKda, kAsync><<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))),
+                                     128, sizeof(PrepareSmem<kKda>), s>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
 }
 
@@ -1090,6 +1140,13 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
     a.kd = reinterpret_cast<bf16*>(ws + layout.tc_kd);
   }
   a.copies = shape.bf16_copies;
+  {  // GDN's q / k copies are written from the registers of the staged path
+    const auto pieces = [](const void* x, bool is_bf16, int64_t st, int64_t sh) {
+      return is_bf16 && st % 8 == 0 && sh % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    };
+    a.qk_async = (kda || !a.copies) && pieces(a.q, a.q_bf16, a.q_st, a.q_sh) &&
+                 pieces(a.k, a.k_bf16, a.k_st, a.k_sh);
+  }
   if (a.copies) {  // packed [T, heads, d] copies (KDA: of v only)
     if (!kda) {
       a.q16 = reinterpret_cast<const bf16*>(ws + layout.tc_q);
@@ -1112,9 +1169,9 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   launch_chunk_plan(a, s);
   if (a.max_chunks > 0 && a.H > 0) {
     if (kda)
-      launch_prepare<true>(a, s);
+      a.qk_async ? launch_prepare<true, true>(a, s) : launch_prepare<true, false>(a, s);
     else
-      launch_prepare<false>(a, s);
+      a.qk_async ? launch_prepare<false, true>(a, s) : launch_prepare<false, false>(a, s);
   }
   if (a.B == 0) return ok_status();
   // 64 value rows a block (16 warps) when that still gives every SM two blocks, else 32 (8 warps).
