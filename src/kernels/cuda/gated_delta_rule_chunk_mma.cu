@@ -448,10 +448,11 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   const bool writes_copies = !kKda && a.copies && hv % a.group == 0;
   const int piece = tid & 15, r0 = tid >> 4;
   // 1 / |row| (times scale for q) of the tile row r from its sum of squares ss; 0 past n.
+  // (rsqrtf: 2 ulp, far inside bf16's rounding of the products it scales.)
   const auto inverse_norm = [&](bool is_q, int r, float ss) {
     if (r >= n) return 0.0f;
-    if (is_q) return a.l2norm ? a.scale / sqrtf(ss + kL2NormEps) : a.scale;
-    return a.l2norm ? 1.0f / sqrtf(ss + kL2NormEps) : 1.0f;
+    const float inv = a.l2norm ? rsqrtf(ss + kL2NormEps) : 1.0f;
+    return is_q ? a.scale * inv : inv;
   };
   if constexpr (kAsync) {
 #pragma unroll
@@ -522,24 +523,19 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     cp_async_wait<0>();
     __syncthreads();
   }
-  if constexpr (kAsync) {  // the norms from the tiles, a half warp a row
+  if constexpr (kAsync) {  // the norms from the tiles, a thread a row (q: threads 0-63, k: 64-127)
+    const bool is_q = tid < kC;
+    const int r = tid & (kC - 1);
+    const bf16* row = (is_q ? s.q : s.k) + r * kLdQK;
+    float ss = 0.0f;
 #pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const bool is_q = which == 0;
-      const bf16* tile = is_q ? s.q : s.k;
+    for (int p = 0; p < kD / 8; ++p) {
+      float x[8];
+      unpack8_bf16(*reinterpret_cast<const uint4*>(row + p * 8), x);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int r = r0 + 8 * j;
-        float x[8];
-        unpack8_bf16(*reinterpret_cast<const uint4*>(tile + r * kLdQK + piece * 8), x);
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss += x[e] * x[e];
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (piece == 0) (is_q ? s.qinv : s.kinv)[r] = inverse_norm(is_q, r, ss);
-      }
+      for (int e = 0; e < 8; ++e) ss += x[e] * x[e];
     }
+    (is_q ? s.qinv : s.kinv)[r] = inverse_norm(is_q, r, ss);
   }
   if constexpr (kKda) {
     // Thread c scans channel c: G[t][c] = log2(e) sum_{s <= t} g_s[c] (d_k = 128 = blockDim).
