@@ -1,0 +1,103 @@
+// What the tensor-core chunk body's files share (gated_delta_rule_chunk_mma.cu has the scheme;
+// _prepare.cu and _state.cu the kernels): the call's arguments with its workspace regions and
+// tensor maps (MmaArgs), the tile constants, the mma.sync / ldmatrix helpers and fragment
+// indexing, and the two kernels' launchers. CUDA code only.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/async_copy.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gated_delta_rule_chunk_plan.cuh"
+#include "kernels/gated_delta_rule.h"
+
+namespace hyla::kernels::cuda::chunk_mma {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kC = kDeltaRuleChunk;  // 64 tokens per chunk
+constexpr int kD = 128;              // d_k
+constexpr int kLdQK = kD + 8;        // bf16 row pitch of q / k tiles (272 B: ldmatrix rows hit
+                                     // distinct banks)
+constexpr int kLdCC = kC + 8;        // bf16 row pitch of 64x64 tiles (144 B)
+constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fragments hit distinct
+                                     // banks)
+
+/// The call's operands (ChunkCall) and this body's workspace regions.
+struct MmaArgs : ChunkCall {
+  bool o_vec;     // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
+  bool g_vec;     // KDA: g's rows take 16-byte copies
+  bool qk_async;  // q and k are bf16 rows of 16-byte pieces: the prepare kernel copies them into
+                  // its tiles by cp.async (no register staging) and takes the norms from there
+  bf16* tmat;     // [max_chunks, HV, 64, 64]
+  bf16* aqk;      // [max_chunks, HV, 64, 64]
+  float* vec;     // [max_chunks, HV, 4, 64]: kg, qg, kd, G (GDN) or exp(G_n[c]) (KDA); tc_vec
+  // KDA: [max_chunks, HV, 64, 128] each: Kg, Qg, Kd (ChunkWorkspaceLayout::tc_kg, tc_qg, tc_kd)
+  bf16* kg;
+  bf16* qg;
+  bf16* kd;
+  // The bf16 rows the state kernel reads: the inputs, or the copies the prepare kernel writes.
+  const bf16* q16;
+  const bf16* k16;
+  const bf16* v16;
+  int64_t q16_st, q16_sh, k16_st, k16_sh, v16_st, v16_sh;
+  bool copies;  // the prepare kernel writes q16 / k16 / v16 (KDA: v16 only)
+  // The state kernel's tiles (encode_state_maps): k / q rows (GDN, [T, H, 128]) or Kg / Qg / Kd
+  // (KDA, chunk-major), v rows, T and A_qk (chunk-major); 128-byte swizzle, 64-row boxes.
+  CUtensorMap map_k, map_q, map_kd, map_v, map_t, map_aqk;
+};
+
+// ---- mma.sync / ldmatrix ----
+
+/// A fragment (16x16, row-major rows of 16 bytes at p for lane's row) or two B fragments.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  ldsm_x4(r, smem_addr(p));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+/// c += a b, m16n8k16, bf16 operands, f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// Fragment indexing (m16n8k16): lane = 4 g + c holds C rows g and g + 8, columns 2c and 2c + 1.
+// ldmatrix addresses: A (row-major [m][k]) row lane % 16, column 8 (lane / 16); B stored [n][k]
+// (non-trans) row (lane % 8) + 8 (lane / 16), column 8 ((lane / 8) % 2), giving two n-tiles; B
+// stored [k][n] (trans) row (lane % 8) + 8 ((lane / 8) % 2), column 8 (lane / 16).
+__device__ __forceinline__ int a_row(int lane) { return lane & 15; }
+__device__ __forceinline__ int a_col(int lane) { return (lane >> 4) * 8; }
+__device__ __forceinline__ int bn_row(int lane) { return (lane & 7) + ((lane >> 4) << 3); }
+__device__ __forceinline__ int bn_col(int lane) { return ((lane >> 3) & 1) * 8; }
+__device__ __forceinline__ int bt_row(int lane) { return (lane & 7) + (((lane >> 3) & 1) << 3); }
+__device__ __forceinline__ int bt_col(int lane) { return (lane >> 4) * 8; }
+
+/// The A fragment of the 16 x 16 block of a row-major tile at a (its row m0, column k0).
+__device__ __forceinline__ void load_a(uint32_t (&af)[4], const bf16* a, int lda, int lane) {
+  ldsm_x4(af, a + a_row(lane) * lda + a_col(lane));
+}
+
+/// The prepare kernel over every chunk and value head (gated_delta_rule_chunk_mma_prepare.cu).
+void launch_prepare(const MmaArgs& a, cudaStream_t s);
+/// The state kernel over every sequence, value head and block of value rows, after encoding a's
+/// tensor maps (gated_delta_rule_chunk_mma_state.cu).
+void launch_state(MmaArgs& a, cudaStream_t s);
+
+}  // namespace hyla::kernels::cuda::chunk_mma

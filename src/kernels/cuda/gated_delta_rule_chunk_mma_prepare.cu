@@ -1,0 +1,546 @@
+// The prepare kernel of the tensor-core chunk body (gated_delta_rule_chunk_mma.cu has the scheme):
+// per (chunk, value head), the norms, G, K K^T and Q K^T on tensor cores, T = (I + A_kk)^-1
+// Diag(beta) by blocks, A_qk and the per-token factors (KDA: the scaled tiles Kg, Qg, Kd), into
+// the workspace the state kernel reads.
+#include <algorithm>
+
+#include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
+#include "kernels/scalar_math.h"
+
+namespace hyla::kernels::cuda::chunk_mma {
+
+namespace {
+
+// ---- cp.async and row loads ----
+/// 16 bytes global -> shared, or zeros when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// 8 consecutive elements of a row (f32 or bf16, 16-byte loads when aligned) as floats.
+__device__ __forceinline__ void load8(const void* base, bool is_bf16, int64_t i, float (&x)[8]) {
+  if (is_bf16) {
+    const bf16* h = static_cast<const bf16*>(base) + i;
+    if ((reinterpret_cast<uintptr_t>(h) & 15) == 0) {
+      const uint4 u = *reinterpret_cast<const uint4*>(h);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat162 pair = *reinterpret_cast<const __nv_bfloat162*>(&w[j]);
+        x[2 * j] = __low2float(pair), x[2 * j + 1] = __high2float(pair);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(h[j]);
+    }
+  } else {
+    const float* f = static_cast<const float*>(base) + i;
+    if ((reinterpret_cast<uintptr_t>(f) & 15) == 0) {
+      const float4 lo = *reinterpret_cast<const float4*>(f);
+      const float4 hi = *reinterpret_cast<const float4*>(f + 4);
+      x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+      x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = f[j];
+    }
+  }
+}
+__device__ __forceinline__ uint4 pack8_bf16(const float (&x)[8]) {
+  return make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]),
+                    pack_bf16(x[6], x[7]));
+}
+__device__ __forceinline__ void unpack8_bf16(const uint4 u, float (&x)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[j]));
+    x[2 * j] = f.x, x[2 * j + 1] = f.y;
+  }
+}
+/// Two consecutive bf16 of shared memory as floats.
+__device__ __forceinline__ float2 load2_bf16(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+/// c += a b, m16n8k8, tf32 operands, f32 accumulators.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+/// acc (16 x 8) += X Y over 8 K8 columns of X: f32 row-major tiles, X at its (row, column)
+/// start with pitch ldx, Y [k][n] at its start with pitch ldy; tf32 products.
+template <int K8>
+__device__ __forceinline__ void mma_tf32_tiles(float (&acc)[4], const float* x, int ldx,
+                                               const float* y, int ldy, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < K8; ++kk) {
+    const float* xk = x + kk * 8;
+    const float* yk = y + kk * 8 * ldy;
+    const uint32_t a[4] = {to_tf32(xk[g * ldx + c]), to_tf32(xk[(g + 8) * ldx + c]),
+                           to_tf32(xk[g * ldx + c + 4]), to_tf32(xk[(g + 8) * ldx + c + 4])};
+    mma_tf32(acc, a, to_tf32(yk[c * ldy + g]), to_tf32(yk[(c + 4) * ldy + g]));
+  }
+}
+/// The 16 x 8 accumulator tile times f, to the f32 row-major tile at dst.
+__device__ __forceinline__ void store_tile_f32(float* dst, int ld, const float (&acc)[4], float f,
+                                               int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  dst[g * ld + 2 * c] = f * acc[0], dst[g * ld + 2 * c + 1] = f * acc[1];
+  dst[(g + 8) * ld + 2 * c] = f * acc[2], dst[(g + 8) * ld + 2 * c + 1] = f * acc[3];
+}
+
+// ---- prepare: one chunk of one value head ----
+constexpr int kLdG = kD + 8;  // f32 row pitch of KDA's per-channel G tile (a fragment's float2
+                              // reads hit distinct banks)
+/// KDA keeps G in log2 units (G log2(e)): its exponents are differences that ex2.approx.ftz takes
+/// as they are (no range fix-ups; results below 2^-126 flush to zero). The reference-point factors
+/// inside a 16-row block stay below 2^kMaxFactorExponent2 ~ e^60 ~ 1e26 (the CPU body's bound), far
+/// from bf16's and fp32's 3.4e38.
+constexpr float kMaxFactorExponent2 = 86.5f;
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <bool kKda>
+struct PrepareSmem {
+  bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); A_kk and T (f32) alias q and k
+  bf16 k[kC * kLdQK];
+  float m[32 * 40];  // the inverse's block products (pitch 40: B fragments hit distinct banks)
+  float qinv[kC], kinv[kC], G[kC], beta[kC];  // G: GDN's scanned scalar gate
+  float Gc[kKda ? kC * kLdG : 4];  // KDA: G log2(e) per channel, [64][kLdG]; rows past n repeat
+                                   // G_{n-1}
+};
+static_assert(2 * kC * kLdF * sizeof(float) <= 2 * kC * kLdQK * sizeof(bf16));
+
+/// KDA: the state kernel's tiles Kg = K exp(G) / |k|, Qg = scale Q exp(G) / |q| and
+/// Kd = K exp(G_{n-1} - G) / |k| (zeros past n, since the q and k rows are), and the per-channel
+/// decay exp(G_{n-1}[c]).
+__device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<true>& s,
+                                          int64_t chunk_head) {
+  const float* g_last = s.Gc + (kC - 1) * kLdG;
+  const int64_t tile = chunk_head * kC * kD;
+  for (int e = threadIdx.x; e < kC * kD / 8; e += blockDim.x) {
+    const int t = e / (kD / 8), c0 = e % (kD / 8) * 8;
+    float kx[8], qx[8], kg[8], qg[8], kd[8];
+    unpack8_bf16(*reinterpret_cast<const uint4*>(s.k + t * kLdQK + c0), kx);
+    unpack8_bf16(*reinterpret_cast<const uint4*>(s.q + t * kLdQK + c0), qx);
+    const float ki = s.kinv[t], qi = s.qinv[t];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float G = s.Gc[t * kLdG + c0 + i], eg = exp2_ftz(G);
+      kg[i] = kx[i] * ki * eg;
+      qg[i] = qx[i] * qi * eg;
+      kd[i] = kx[i] * ki * exp2_ftz(g_last[c0 + i] - G);
+    }
+    const int64_t at = tile + t * kD + c0;
+    *reinterpret_cast<uint4*>(a.kg + at) = pack8_bf16(kg);
+    *reinterpret_cast<uint4*>(a.qg + at) = pack8_bf16(qg);
+    *reinterpret_cast<uint4*>(a.kd + at) = pack8_bf16(kd);
+  }
+  for (int c = threadIdx.x; c < kD; c += blockDim.x)
+    a.vec[chunk_head * 4 * kC + c] = exp2_ftz(g_last[c]);
+}
+
+/// KDA: sum_c k_t[c] k_j[c] exp(G_t[c] - G_j[c]) and the same with q_t (raw rows: the norms, scale
+/// and beta come after) for warp w's rows t = 16 w .., columns j <= t, as the fragments of
+/// kk / qk (8 column tiles of 8). As the CPU body: against the block's first row r,
+///   sum_c k_t[c] exp(G_t[c] - G_r[c]) * k_j[c] exp(G_r[c] - G_j[c]),
+/// left factors <= 1, right ones <= 1 for j < r and <= 2^range inside the block (G in log2 units),
+/// with range = max_c (G_r[c] - G_{r+15}[c]); past kMaxFactorExponent2 the diagonal block is summed
+/// pair by pair instead, every exponent G_t - G_j <= 0 (decay that strong is rare).
+__device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int warp, int lane,
+                                             float (&kk)[8][4], float (&qk)[8][4]) {
+  const int g = lane >> 2, c = lane & 3, r = warp * 16;
+  const float* Gr = s.Gc + r * kLdG;
+  float range = 0.0f;
+  for (int i = lane; i < kD; i += 32) range = fmaxf(range, Gr[i] - Gr[15 * kLdG + i]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) range = fmaxf(range, __shfl_xor_sync(0xffffffffu, range, o));
+  const bool factored = range <= kMaxFactorExponent2;
+  const int tiles = 2 * warp + (factored ? 2 : 0);  // column tiles of 8 the products cover
+#pragma unroll 2
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int ch = ks * 16 + 2 * c;
+    const float2 gr[2] = {*reinterpret_cast<const float2*>(Gr + ch),
+                          *reinterpret_cast<const float2*>(Gr + ch + 8)};
+    uint32_t ak[4], aq[4];  // rows r + g (+ 8), channels ch (+ 8)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = r + g + 8 * (i & 1), col = ch + 8 * (i >> 1);
+      const float2 gt = *reinterpret_cast<const float2*>(s.Gc + row * kLdG + col);
+      const float f0 = exp2_ftz(gt.x - gr[i >> 1].x), f1 = exp2_ftz(gt.y - gr[i >> 1].y);
+      const float2 kv = load2_bf16(s.k + row * kLdQK + col);
+      const float2 qv = load2_bf16(s.q + row * kLdQK + col);
+      ak[i] = pack_bf16(kv.x * f0, kv.y * f1);
+      aq[i] = pack_bf16(qv.x * f0, qv.y * f1);
+    }
+#pragma unroll
+    for (int j8 = 0; j8 < 8; ++j8) {
+      if (j8 >= tiles) break;
+      const int row = j8 * 8 + g;  // column j of the products
+      uint32_t bf[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 gj = *reinterpret_cast<const float2*>(s.Gc + row * kLdG + ch + 8 * h);
+        const float2 kv = load2_bf16(s.k + row * kLdQK + ch + 8 * h);
+        bf[h] = pack_bf16(kv.x * exp2_ftz(gr[h].x - gj.x), kv.y * exp2_ftz(gr[h].y - gj.y));
+      }
+      mma_bf16(kk[j8], ak, bf[0], bf[1]);
+      mma_bf16(qk[j8], aq, bf[0], bf[1]);
+    }
+  }
+  if (factored) return;
+#pragma unroll
+  for (int j8 = 0; j8 < 8; ++j8) {
+    if (j8 >> 1 != warp) continue;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int t = r + g + 8 * (e >> 1), j = j8 * 8 + 2 * c + (e & 1);
+      float sk = 0.0f, sq = 0.0f;
+      if (j <= t) {
+        for (int i = 0; i < kD; ++i) {
+          const float kjd = __bfloat162float(s.k[j * kLdQK + i]) *
+                            exp2_ftz(s.Gc[t * kLdG + i] - s.Gc[j * kLdG + i]);
+          sk += __bfloat162float(s.k[t * kLdQK + i]) * kjd;
+          sq += __bfloat162float(s.q[t * kLdQK + i]) * kjd;
+        }
+      }
+      kk[j8][e] = sk, qk[j8][e] = sq;
+    }
+  }
+}
+
+/// GDN: the per-token factors out (warp 0; G scanned in place, two tokens a lane).
+__device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s, int n, int lane,
+                                        int64_t chunk_head) {
+  const int t = 2 * lane;
+  const float g0 = s.G[t], g1 = s.G[t + 1];
+  float sum = g0 + g1;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float up = __shfl_up_sync(0xffffffffu, sum, o);
+    if (lane >= o) sum += up;
+  }
+  const float G0 = sum - g1, G1 = sum;
+  const int last = max(n - 1, 0);
+  const float L0 = __shfl_sync(0xffffffffu, G0, last >> 1);
+  const float L1 = __shfl_sync(0xffffffffu, G1, last >> 1);
+  const float Gn = (last & 1) ? L1 : L0;
+  s.G[t] = G0, s.G[t + 1] = G1;
+  float* vec = a.vec + chunk_head * 4 * kC;
+  const float e0 = __expf(G0), e1 = __expf(G1);
+  *reinterpret_cast<float2*>(vec + t) = make_float2(s.kinv[t] * e0, s.kinv[t + 1] * e1);
+  *reinterpret_cast<float2*>(vec + kC + t) = make_float2(s.qinv[t] * e0, s.qinv[t + 1] * e1);
+  *reinterpret_cast<float2*>(vec + 2 * kC + t) =
+      make_float2(s.kinv[t] * __expf(Gn - G0), s.kinv[t + 1] * __expf(Gn - G1));
+  *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
+}
+
+/// kAsync: MmaArgs::qk_async (a separate instantiation: the staged path's registers stay its own).
+template <bool kKda, bool kAsync>
+__device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda>& s, int hv,
+                                              int chunk) {
+  const int kh = hv / a.group;
+  const int b = a.chunk_seq[chunk];
+  if (b < 0) return;
+  int begin, end;
+  chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
+  const int t0 = begin + (chunk - a.chunk_first[b]) * kC;
+  const int n = min(kC, end - t0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float* A = reinterpret_cast<float*>(s.q);  // [64][kLdF] A_kk, strictly lower
+  float* Tm = A + kC * kLdF;                 // [64][kLdF] (I + A_kk)^-1
+  const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
+
+  // Gates and betas, then q and k: a row is 16 pieces of 8 channels, one per lane of a half warp,
+  // so the norms reduce within the half warp. All of a tile's loads are issued before any is used.
+  if constexpr (kKda) {
+    if (tid < kC)
+      s.beta[tid] =
+          tid < n ? a.beta[int64_t(t0 + tid) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
+    // The raw gate tile into Gc (zeros past n), in flight beside the q and k loads; scanned below.
+    const float* g = a.g + int64_t(hv) * a.g_sh;
+    if (a.g_vec) {
+      for (int e = tid; e < kC * kD / 4; e += blockDim.x) {
+        const int t = e / (kD / 4), c4 = e % (kD / 4) * 4;
+        cp_async16(s.Gc + t * kLdG + c4, t < n ? g + int64_t(t0 + t) * a.g_st + c4 : g, t < n);
+      }
+      cp_async_commit();
+    } else {
+      for (int e = tid; e < kC * kD; e += blockDim.x) {
+        const int t = e / kD, c = e % kD;
+        s.Gc[t * kLdG + c] = t < n ? g[int64_t(t0 + t) * a.g_st + c] : 0.0f;
+      }
+    }
+  } else if (tid < kC) {  // raw; gdn_vec scans them
+    s.G[tid] = tid < n ? a.g[int64_t(t0 + tid) * a.g_st + int64_t(hv) * a.g_sh] : 0.0f;
+  } else {
+    const int t = tid - kC;
+    s.beta[t] = t < n ? a.beta[int64_t(t0 + t) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
+  }
+  const bool writes_copies = !kKda && a.copies && hv % a.group == 0;
+  const int piece = tid & 15, r0 = tid >> 4;
+  // 1 / |row| (times scale for q) of the tile row r from its sum of squares ss; 0 past n.
+  // (rsqrtf: 2 ulp, far inside bf16's rounding of the products it scales.)
+  const auto inverse_norm = [&](bool is_q, int r, float ss) {
+    if (r >= n) return 0.0f;
+    const float inv = a.l2norm ? rsqrtf(ss + kL2NormEps) : 1.0f;
+    return is_q ? a.scale * inv : inv;
+  };
+  if constexpr (kAsync) {
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const bool is_q = which == 0;
+      const bf16* src = static_cast<const bf16*>(is_q ? a.q : a.k);
+      const int64_t st = is_q ? a.q_st : a.k_st;
+      const bf16* row = src + int64_t(kh) * (is_q ? a.q_sh : a.k_sh) + piece * 8 + (t0 + r0) * st;
+      bf16* tile = is_q ? s.q : s.k;
+#pragma unroll
+      for (int j = 0; j < 8; ++j, row += 8 * st) {
+        const int r = r0 + 8 * j;
+        cp_async16(tile + r * kLdQK + piece * 8, r < n ? row : src, r < n);
+      }
+    }
+    cp_async_commit();
+  } else {
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const bool is_q = which == 0;
+      const void* src = is_q ? a.q : a.k;
+      const bool src_bf16 = is_q ? a.q_bf16 : a.k_bf16;
+      const int64_t row_stride = is_q ? a.q_st : a.k_st;
+      const int64_t at = int64_t(kh) * (is_q ? a.q_sh : a.k_sh) + piece * 8;
+      float x[8][8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int r = r0 + 8 * j;
+        if (r < n) {
+          load8(src, src_bf16, int64_t(t0 + r) * row_stride + at, x[j]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) x[j][e] = 0.0f;
+        }
+      }
+      bf16* tile = is_q ? s.q : s.k;
+      bf16* copy = const_cast<bf16*>(is_q ? a.q16 : a.k16);
+      const int64_t copy_st = is_q ? a.q16_st : a.k16_st;
+      const int64_t copy_at = int64_t(kh) * (is_q ? a.q16_sh : a.k16_sh) + piece * 8;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int r = r0 + 8 * j;
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += x[j][e] * x[j][e];
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const uint4 packed = pack8_bf16(x[j]);
+        *reinterpret_cast<uint4*>(tile + r * kLdQK + piece * 8) = packed;
+        if (writes_copies && r < n)
+          *reinterpret_cast<uint4*>(copy + int64_t(t0 + r) * copy_st + copy_at) = packed;
+        if (piece == 0) (is_q ? s.qinv : s.kinv)[r] = inverse_norm(is_q, r, ss);
+      }
+    }
+  }
+  if (a.copies) {  // this value head's v rows
+    bf16* v16 = const_cast<bf16*>(a.v16);
+    const int per_row = a.d_v / 8;
+    for (int i = tid; i < n * per_row; i += blockDim.x) {
+      const int t = i / per_row, col = (i % per_row) * 8;
+      float x[8];
+      load8(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + col, x);
+      *reinterpret_cast<uint4*>(v16 + int64_t(t0 + t) * a.v16_st + int64_t(hv) * a.v16_sh + col) =
+          pack8_bf16(x);
+    }
+  }
+  if constexpr (kKda || kAsync) {
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  if constexpr (kAsync) {  // the norms from the tiles, a thread a row (q: threads 0-63, k: 64-127)
+    const bool is_q = tid < kC;
+    const int r = tid & (kC - 1);
+    const bf16* row = (is_q ? s.q : s.k) + r * kLdQK;
+    float ss = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kD / 8; ++p) {
+      float x[8];
+      unpack8_bf16(*reinterpret_cast<const uint4*>(row + p * 8), x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += x[e] * x[e];
+    }
+    (is_q ? s.qinv : s.kinv)[r] = inverse_norm(is_q, r, ss);
+  }
+  if constexpr (kKda) {
+    // Thread c scans channel c: G[t][c] = log2(e) sum_{s <= t} g_s[c] (d_k = 128 = blockDim).
+    float run = 0.0f;
+#pragma unroll 16
+    for (int t = 0; t < kC; ++t) {
+      run += s.Gc[t * kLdG + tid] * kLog2e;
+      s.Gc[t * kLdG + tid] = run;
+    }
+  }
+  __syncthreads();
+
+  // K K^T and Q K^T: a warp's 16 rows, all 64 columns, over 128 channels (KDA: the decays inside).
+  const int m0 = warp * 16, g = lane >> 2, c = lane & 3;
+  float kk[8][4] = {}, qk[8][4] = {};
+  if constexpr (kKda) {
+    kda_tiles(a, s, chunk_head);
+    kda_products(s, warp, lane, kk, qk);
+  } else {
+    if (warp == 0) gdn_vec(a, s, n, lane, chunk_head);
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      uint32_t ak[4], aq[4];
+      load_a(ak, s.k + m0 * kLdQK + ks * 16, kLdQK, lane);
+      load_a(aq, s.q + m0 * kLdQK + ks * 16, kLdQK, lane);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bfr[4];
+        ldsm_x4(bfr, s.k + (np * 16 + bn_row(lane)) * kLdQK + ks * 16 + bn_col(lane));
+        mma_bf16(kk[2 * np], ak, bfr[0], bfr[1]);
+        mma_bf16(kk[2 * np + 1], ak, bfr[2], bfr[3]);
+        mma_bf16(qk[2 * np], aq, bfr[0], bfr[1]);
+        mma_bf16(qk[2 * np + 1], aq, bfr[2], bfr[3]);
+      }
+    }
+  }
+  __syncthreads();  // G is scanned; the q and k tiles are dead (A and T alias them)
+
+  // A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared memory;
+  // A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16. KDA's
+  // products hold their decays already.
+  bf16* aqk_out = a.aqk + chunk_head * kC * kC;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = m0 + g + 8 * h;
+    const float Gt = kKda ? 0.0f : s.G[t], bk = s.beta[t] * s.kinv[t], qt = s.qinv[t];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int j = nt * 8 + 2 * c;
+      float pair[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float decay = 0.0f;
+        if (j + e <= t) decay = (kKda ? 1.0f : __expf(Gt - s.G[j + e])) * s.kinv[j + e];
+        A[t * kLdF + j + e] = j + e < t ? bk * decay * kk[nt][2 * h + e] : 0.0f;
+        pair[e] = j + e <= t ? qt * decay * qk[nt][2 * h + e] : 0.0f;
+      }
+      *reinterpret_cast<uint32_t*>(aqk_out + t * kC + j) = pack_bf16(pair[0], pair[1]);
+    }
+  }
+  __syncthreads();
+
+  // (I + A)^-1 by blocks: the four 16x16 diagonal blocks by forward substitution (a warp each, a
+  // lane a column), in fp32; then T_10 = -T_11 A_10 T_00 for the 16-blocks (1, 0) and (3, 2), then
+  // for the 32-block (1, 0), on tensor cores in tf32 (T is rounded to bf16 after). The blocks
+  // above the diagonal that the products read are zeros.
+  for (int e = tid; e < 2 * 256; e += 128) {
+    const int o = (e >> 8) * 32, r = (e >> 4) & 15, col = e & 15;
+    Tm[(o + r) * kLdF + o + 16 + col] = 0.0f;
+  }
+  if (lane < 16) {
+    const int o = warp * 16;
+    float x[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float sum = r == lane ? 1.0f : 0.0f;
+#pragma unroll
+      for (int m = 0; m < r; ++m) sum -= A[(o + r) * kLdF + o + m] * x[m];
+      x[r] = sum;
+      Tm[(o + r) * kLdF + o + lane] = sum;
+    }
+  }
+  __syncthreads();
+  {  // 16-blocks: warp w takes the pair (i, j) = (2p + 1, 2p), p = w / 2, columns 8 (w % 2) ..
+    const int i0 = 32 * (warp >> 1) + 16, j0 = i0 - 16, n0 = j0 + 8 * (warp & 1);
+    float* m = s.m + warp * 16 * 8;  // this warp's 16 x 8 M = A_10 T_00
+    float acc[4] = {};
+    mma_tf32_tiles<2>(acc, A + i0 * kLdF + j0, kLdF, Tm + j0 * kLdF + n0, kLdF, lane);
+    store_tile_f32(m, 8, acc, 1.0f, lane);
+    __syncwarp();
+    float out[4] = {};
+    mma_tf32_tiles<2>(out, Tm + i0 * kLdF + i0, kLdF, m, 8, lane);
+    store_tile_f32(Tm + i0 * kLdF + n0, kLdF, out, -1.0f, lane);
+  }
+  __syncthreads();
+  // The 32-block: warp w takes rows 32 + 16 (w / 2) .., columns 16 (w % 2) .. (two 8-column tiles).
+  const int r2 = 32 + 16 * (warp >> 1), c2 = 16 * (warp & 1);
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    float acc[4] = {};
+    mma_tf32_tiles<4>(acc, A + r2 * kLdF, kLdF, Tm + c2 + 8 * nt, kLdF, lane);
+    store_tile_f32(s.m + (r2 - 32) * 40 + c2 + 8 * nt, 40, acc, 1.0f, lane);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    float out[4] = {};
+    mma_tf32_tiles<4>(out, Tm + r2 * kLdF + 32, kLdF, s.m + c2 + 8 * nt, 40, lane);
+    store_tile_f32(Tm + r2 * kLdF + c2 + 8 * nt, kLdF, out, -1.0f, lane);
+  }
+  __syncthreads();
+
+  // T Diag(beta) out as bf16, 8 columns a store; the blocks above the diagonal are zeros.
+  bf16* t_out = a.tmat + chunk_head * kC * kC;
+  for (int e = tid; e < kC * kC / 8; e += 128) {
+    const int t = e >> 3, j = (e & 7) * 8;
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      x[i] = j / 16 <= t / 16 ? Tm[t * kLdF + j + i] * s.beta[j + i] : 0.0f;
+    *reinterpret_cast<uint4*>(t_out + t * kC + j) = pack8_bf16(x);
+  }
+}
+
+/// Chunks blockIdx.y, + gridDim.y, ... (the grid's y extent is capped at 65535) of value head
+/// blockIdx.x.
+template <bool kKda, bool kAsync>
+__global__ void __launch_bounds__(128, kKda ? 3 : 5)
+    mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  PrepareSmem<kKda>& s = *reinterpret_cast<PrepareSmem<kKda>*>(smem_raw);
+  for (int chunk = blockIdx.y; chunk < a.max_chunks; chunk += gridDim.y) {
+    prepare_chunk<kKda, kAsync>(a, s, blockIdx.x, chunk);
+    __syncthreads();  // the next chunk rewrites the shared tiles
+  }
+}
+
+template <bool kKda, bool kAsync>
+void launch_kernel(const MmaArgs& a, cudaStream_t s) {
+  allow_dynamic_smem(mma_prepare_kernel<kKda, kAsync>, sizeof(PrepareSmem<kKda>));
+  mma_prepare_kernel<kKda, kAsync><<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))),
+                                     128, sizeof(PrepareSmem<kKda>), s>>>(a);
+  HYLA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_prepare(const MmaArgs& a, cudaStream_t s) {
+  if (a.per_channel)
+    a.qk_async ? launch_kernel<true, true>(a, s) : launch_kernel<true, false>(a, s);
+  else
+    a.qk_async ? launch_kernel<false, true>(a, s) : launch_kernel<false, false>(a, s);
+}
+
+}  // namespace hyla::kernels::cuda::chunk_mma

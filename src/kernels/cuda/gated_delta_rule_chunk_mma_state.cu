@@ -1,0 +1,484 @@
+// The state kernel of the tensor-core chunk body (gated_delta_rule_chunk_mma.cu has the scheme):
+// the chunks of one sequence in order for a block of value rows of one value head, the state in
+// registers, each chunk's tiles brought by TMA while the previous one computes.
+#include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
+
+namespace hyla::kernels::cuda::chunk_mma {
+
+namespace {
+
+// The state kernel's stage tiles arrive by TMA in boxes of 64 rows x 64 bf16 columns (128 bytes)
+// with the 128-byte swizzle: piece p (16 bytes) of row r sits at piece p ^ (r % 8), so the eight
+// rows an ldmatrix phase reads hit distinct banks without padding. v's tile at VT = 32 has rows
+// of 64 bytes in the 64-byte swizzle (piece p at p ^ ((r / 2) % 4)). The kernel computes each
+// lane's swizzled offsets once (SwizzledOffsets); a read adds compile-time constants to them.
+constexpr int kBox = kC * 64;             // bf16 elements of a 64 x 64 box
+constexpr uint32_t kBoxBytes = kBox * 2;  // 8 KB
+constexpr uint32_t kRowBytes = 128;       // a box row
+
+/// acc[2 NP] (16 rows x 16 NP columns) += A B^T for one 16-deep step: A the fragment af, B's
+/// ldmatrix rows at addr (n-tile pairs 16 rows apart), B stored [n][k].
+template <int NP>
+__device__ __forceinline__ void mma_bn(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
+                                       uint32_t addr) {
+#pragma unroll
+  for (int np = 0; np < NP; ++np) {
+    uint32_t bfr[4];
+    ldsm_x4(bfr, addr + np * 16 * kRowBytes);
+    mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
+    mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
+  }
+}
+/// The same with B stored [k][n] (transposed ldmatrix), the n-tile pairs at addr[np].
+template <int NP>
+__device__ __forceinline__ void mma_bt(float (&acc)[2 * NP][4], const uint32_t (&af)[4],
+                                       const uint32_t (&addr)[NP]) {
+#pragma unroll
+  for (int np = 0; np < NP; ++np) {
+    uint32_t bfr[4];
+    ldsm_x4_trans(bfr, addr[np]);
+    mma_bf16(acc[2 * np], af, bfr[0], bfr[1]);
+    mma_bf16(acc[2 * np + 1], af, bfr[2], bfr[3]);
+  }
+}
+// ---- state: the chunks of one sequence in order, VT value rows of one value head ----
+// Warp w works on the value rows 16 (w % R) .. + 15 (R = VT / 16 row blocks) in role w / R:
+//   roles 0 and 1: X = S^T K^T, P^T = V^T - X Diag(kg) and Delta^T = P^T T^T over tokens
+//                  0-31 / 32-63 (role 1 also needs role 0's P^T: handed over in shared memory
+//                  under a named barrier of the pair);
+//   roles 2 and 3: X = S^T Q^T and O^T = X Diag(qg) + Delta^T A_qk^T over tokens 0-31 / 32-63;
+//   every role:    S^T = exp(G_n) S^T + Delta^T Diag(kd) K over keys 32 role .. + 31, the part of
+//                  the state the warp keeps in registers.
+// KDA reads Kg, Qg and Kd in place of K, Q and K with their factors, and decays S^T's columns.
+// Two block barriers a chunk: the stage and S^T are in; Delta^T is in.
+template <int VT, bool kKda>
+struct StateStage {  // filled by TMA (issue_stage); boxes 1024-byte aligned for the swizzle
+  alignas(1024) bf16 k[2 * kBox];              // [keys 0-63, 64-127][64 tokens] GDN: k; KDA: Kg
+  alignas(1024) bf16 q[2 * kBox];              // GDN: q rows; KDA: Qg
+  alignas(1024) bf16 kd[kKda ? 2 * kBox : 8];  // KDA: Kd
+  alignas(1024) bf16 t[kBox];                  // [64 tokens][64 tokens]
+  alignas(1024) bf16 aqk[kBox];
+  alignas(1024) bf16 v[kC * VT];  // [64 tokens][VT value rows]
+  alignas(16) float vec[4 * kC];  // GDN: kg, qg, kd, G; KDA: exp(G_n[c]) (tc_vec)
+};
+/// The bytes a stage's copies bring (every box counts whole, zeros past the tensor included).
+template <int VT, bool kKda>
+constexpr uint32_t kStageBytes = (kKda ? 8 : 6) * kBox * 2 + kC* VT * 2 + 4 * kC * 4;
+template <int VT, bool kKda>
+struct alignas(1024) StateSmem {
+  StateStage<VT, kKda> stage[2];
+  bf16 st[VT * kLdQK];                 // S^T as bf16, the A operand of the products with K, Q
+  bf16 p[VT * 40];                     // P^T of tokens 0-31
+  bf16 delta[VT * kLdCC];              // Delta^T
+  bf16 deltad[kKda ? 8 : VT * kLdCC];  // GDN: Delta^T Diag(kd)
+  float o[kC * (VT + 4)];
+  uint64_t full[2];  // the stages' mbarriers
+};
+constexpr int kPitchP = 40;
+/// Dynamic shared memory a state block asks: StateSmem and room to align its start to 1024 bytes.
+template <int VT, bool kKda>
+constexpr size_t kStateSmemBytes = sizeof(StateSmem<VT, kKda>) + 1024;
+
+/// One thread: chunk's tiles for value head hv, value rows v0 .., into a stage, completing on
+/// `full`. KDA's Kg / Qg / Kd and every T / A_qk / vec are chunk-major (row (chunk HV + hv) 64).
+template <int VT, bool kKda>
+__device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t* full, int chunk,
+                            int t0, int kh, int hv, int v0) {
+  const int row = (chunk * a.HV + hv) * kC;  // < 2^31 (encode_state_maps)
+  mbar_expect_tx(full, kStageBytes<VT, kKda>);
+#pragma unroll
+  for (int box = 0; box < 2; ++box) {
+    if constexpr (kKda) {
+      tma_load_2d(st.k + box * kBox, &a.map_k, 64 * box, row, full);
+      tma_load_2d(st.q + box * kBox, &a.map_q, 64 * box, row, full);
+      tma_load_2d(st.kd + box * kBox, &a.map_kd, 64 * box, row, full);
+    } else {
+      tma_load_3d(st.k + box * kBox, &a.map_k, 64 * box, kh, t0, full);
+      tma_load_3d(st.q + box * kBox, &a.map_q, 64 * box, kh, t0, full);
+    }
+  }
+  tma_load_3d(st.v, &a.map_v, v0, hv, t0, full);
+  tma_load_2d(st.t, &a.map_t, 0, row, full);
+  tma_load_2d(st.aqk, &a.map_aqk, 0, row, full);
+  bulk_load(st.vec, a.vec + int64_t(row) * 4, 4 * kC * sizeof(float), full);
+}
+
+/// Rows n .. 63 of a stage's v (and GDN's k, q) tiles to zeros: the boxes brought the next
+/// sequence's rows there (zeros only past T), which must not reach this one's products even as
+/// 0 x inf. KDA's tiles, T and A_qk are zeros past n already.
+template <int VT, bool kKda>
+__device__ void zero_tail(StateStage<VT, kKda>& st, int n) {
+  constexpr int kThreads = VT * 8;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  if constexpr (!kKda) {
+    for (int e = threadIdx.x; e < 2 * kC * 8; e += kThreads) {  // 2 boxes x 64 rows x 8 pieces
+      const int r = (e >> 3) & (kC - 1), at = (e >> 9) * kBox + r * 64 + (e & 7) * 8;
+      if (r >= n) {
+        *reinterpret_cast<uint4*>(st.k + at) = zero;
+        *reinterpret_cast<uint4*>(st.q + at) = zero;
+      }
+    }
+  }
+  for (int e = threadIdx.x; e < kC * VT / 8; e += kThreads) {
+    const int r = e / (VT / 8);
+    if (r >= n) *reinterpret_cast<uint4*>(st.v + e * 8) = zero;
+  }
+}
+
+/// o rows t0 .. t0 + n of value head hv, columns v0 .. v0 + VT, from the f32 tile [64][VT + 4]:
+/// 16-byte stores when the rows allow (o_vec), else one element a thread.
+template <int VT>
+__device__ __forceinline__ void store_o(const MmaArgs& a, const float* tile, int t0, int n, int hv,
+                                        int v0) {
+  constexpr int kThreads = VT * 8;
+  if (a.o_vec && a.o_bf16) {  // 8 values a store
+    constexpr int kPer = VT / 8;
+    for (int i = threadIdx.x; i < n * kPer; i += kThreads) {
+      const int t = i / kPer, col = (i % kPer) * 8;
+      const float4 x0 = *reinterpret_cast<const float4*>(tile + t * (VT + 4) + col);
+      const float4 x1 = *reinterpret_cast<const float4*>(tile + t * (VT + 4) + col + 4);
+      uint4 u;
+      u.x = pack_bf16(x0.x, x0.y), u.y = pack_bf16(x0.z, x0.w);
+      u.z = pack_bf16(x1.x, x1.y), u.w = pack_bf16(x1.z, x1.w);
+      *reinterpret_cast<uint4*>(static_cast<bf16*>(a.o) + int64_t(t0 + t) * a.o_st +
+                                int64_t(hv) * a.o_sh + v0 + col) = u;
+    }
+  } else if (a.o_vec) {  // 4 values a store
+    constexpr int kPer = VT / 4;
+    for (int i = threadIdx.x; i < n * kPer; i += kThreads) {
+      const int t = i / kPer, col = (i % kPer) * 4;
+      *reinterpret_cast<float4*>(static_cast<float*>(a.o) + int64_t(t0 + t) * a.o_st +
+                                 int64_t(hv) * a.o_sh + v0 + col) =
+          *reinterpret_cast<const float4*>(tile + t * (VT + 4) + col);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n * VT; i += kThreads) {
+      const int t = i / VT, col = i % VT;
+      const int64_t at = int64_t(t0 + t) * a.o_st + int64_t(hv) * a.o_sh + v0 + col;
+      const float x = tile[t * (VT + 4) + col];
+      if (a.o_bf16)
+        static_cast<bf16*>(a.o)[at] = __float2bfloat16_rn(x);
+      else
+        static_cast<float*>(a.o)[at] = x;
+    }
+  }
+}
+
+/// Named barrier `id` of `threads` threads: arrive (no wait) / wait for the others.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int VT, bool kKda>
+__global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_constant__ MmaArgs a) {
+  constexpr int kRowBlocks = VT / 16;
+  const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rb = warp % kRowBlocks, role = warp / kRowBlocks;
+  const int half = role & 1, tok0 = half * 32;  // this warp's tokens in X, Delta and O
+  const bool o_warp = role >= 2;
+  const int g = lane >> 2, c = lane & 3;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  StateSmem<VT, kKda>& s = *reinterpret_cast<StateSmem<VT, kKda>*>(
+      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
+  if (threadIdx.x == 0) {
+    mbar_init(&s.full[0], 1);
+    mbar_init(&s.full[1], 1);
+    mbar_init_fence();
+  }
+
+  // This warp's part of S^T: rows 16 rb + {g, g + 8}, keys 32 role + 8 nt + 2c + {0, 1}.
+  const int row0 = rb * 16 + g;
+  const int key0 = role * 32 + 2 * c;
+
+  // This lane's ldmatrix row offsets in the swizzled stage tiles (bytes from the tile):
+  // bn[K2]: B [n][k] rows tok0 + bn_row, columns 16 K2 + bn_col of a box (the row's piece
+  //         (2 K2 + bn_col / 8) ^ (row % 8), row % 8 = lane % 8); a read adds box and n-tile;
+  // bt[np]: B [k][n] rows bt_row, columns 32 role + 16 np + bt_col (S's update; + 16 ks rows);
+  // vt:     v rows tok0 + 8 (lane / 16) + lane % 8, columns 16 rb + 8 ((lane / 8) % 2).
+  const int lane7 = lane & 7;
+  uint32_t bn[4], bt[2];
+#pragma unroll
+  for (int k2 = 0; k2 < 4; ++k2)
+    bn[k2] = (tok0 + bn_row(lane)) * kRowBytes + (((2 * k2 | (bn_col(lane) >> 3)) ^ lane7) << 4);
+#pragma unroll
+  for (int np = 0; np < 2; ++np)
+    bt[np] = (role >> 1) * kBoxBytes + bt_row(lane) * kRowBytes +
+             (((((role * 4 + np * 2) & 7) | (bt_col(lane) >> 3)) ^ lane7) << 4);
+  uint32_t vt_off;
+  {
+    const int vrow = tok0 + 8 * (lane >> 4) + lane7, vpiece = 2 * rb + ((lane >> 3) & 1);
+    vt_off = VT == 64 ? vrow * kRowBytes + ((vpiece ^ lane7) << 4)
+                      : vrow * 64 + (((vpiece & 3) ^ ((lane >> 1) & 3)) << 4);
+  }
+  const int64_t state_floats = int64_t(a.d_v) * kD;
+  float S[4][4];
+  const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + (e >> 1) * 8, key = key0 + nt * 8 + (e & 1);
+      const int64_t at = (initial * a.HV + hv) * state_floats + int64_t(v0 + row) * kD + key;
+      S[nt][e] = initial < 0   ? 0.0f
+                 : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[at])
+                               : static_cast<const float*>(a.pool)[at];
+    }
+  const auto store_st = [&] {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint32_t*>(s.st + (row0 + h * 8) * kLdQK + key0 + nt * 8) =
+            pack_bf16(S[nt][2 * h], S[nt][2 * h + 1]);
+  };
+  store_st();
+
+  int begin, end;
+  chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
+  const int first = a.chunk_first[b], last = a.chunk_first[b + 1];
+  int64_t boundary = a.boundary_first[b];
+  const auto chunk_t0 = [&](int chunk) { return begin + (chunk - first) * kC; };
+  const int kh = hv / a.group;
+  __syncthreads();  // the mbarriers are initialised
+  if (threadIdx.x == 0 && first < last)
+    issue_stage<VT, kKda>(a, s.stage[0], &s.full[0], first, begin, kh, hv, v0);
+  int prev_t0 = 0, prev_n = 0;
+  for (int chunk = first; chunk < last; ++chunk) {
+    const int t0 = chunk_t0(chunk), n = min(kC, end - t0), use = chunk - first;
+    StateStage<VT, kKda>& st = s.stage[use & 1];
+    mbar_wait(&s.full[use & 1], (use >> 1) & 1);
+    if (n < kC) zero_tail(st, n);
+    __syncthreads();  // the stage and S^T are in; the last chunk's o tile is complete
+    // The next chunk into the other stage, whose readers all passed the barrier.
+    if (threadIdx.x == 0 && chunk + 1 < last)
+      issue_stage<VT, kKda>(a, s.stage[(use + 1) & 1], &s.full[(use + 1) & 1], chunk + 1,
+                            chunk_t0(chunk + 1), kh, hv, v0);
+    if (chunk > first) store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
+    prev_t0 = t0, prev_n = n;
+    const float* kg = st.vec;  // GDN's per-token factors
+    const float* qg = st.vec + kC;
+    const float* kd = st.vec + 2 * kC;
+    const float Gn = kKda ? 0.0f : st.vec[3 * kC + n - 1];
+
+    // X = S^T K^T (roles 0, 1) or S^T Q^T (roles 2, 3): 16 value rows x 32 tokens, 128 keys.
+    float X[4][4] = {};
+    {
+      const uint32_t kq = smem_addr(o_warp ? st.q : st.k);
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t af[4];
+        load_a(af, s.st + rb * 16 * kLdQK + ks * 16, kLdQK, lane);
+        mma_bn<2>(X, af, kq + (ks >> 2) * kBoxBytes + bn[ks & 3]);
+      }
+    }
+    if (!o_warp) {
+      // P^T = V^T - X Diag(kg), V^T's fragments by transposed ldmatrix of the V tile [t][row].
+      uint32_t vt[2][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) ldsm_x4_trans(vt[j], smem_addr(st.v) + vt_off + j * 16 * VT * 2);
+      uint32_t pa[2][4];  // A fragments of P^T, tokens tok0 + 16 ks ..
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 f = kKda ? make_float2(1.0f, 1.0f)
+                              : *reinterpret_cast<const float2*>(kg + tok0 + nt * 8 + 2 * c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const __nv_bfloat162 v2 =
+              *reinterpret_cast<const __nv_bfloat162*>(&vt[nt >> 1][(nt & 1) * 2 + h]);
+          pa[nt >> 1][(nt & 1) * 2 + h] = pack_bf16(__low2float(v2) - X[nt][2 * h] * f.x,
+                                                    __high2float(v2) - X[nt][2 * h + 1] * f.y);
+        }
+      }
+      float D[4][4] = {};  // Delta^T, this warp's 32 tokens
+      if (half == 0) {
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int half_k = 0; half_k < 2; ++half_k)
+              *reinterpret_cast<uint32_t*>(s.p + (row0 + 8 * h) * kPitchP + ks * 16 + 8 * half_k +
+                                           2 * c) = pa[ks][2 * half_k + h];
+        named_arrive(1 + rb, 64);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], smem_addr(st.t) + bn[ks]);
+      } else {
+        named_sync(1 + rb, 64);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+          uint32_t af[4];
+          load_a(af, s.p + rb * 16 * kPitchP + ks * 16, kPitchP, lane);
+          mma_bn<2>(D, af, smem_addr(st.t) + bn[ks]);
+        }
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) mma_bn<2>(D, pa[ks], smem_addr(st.t) + bn[2 + ks]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int t = tok0 + nt * 8 + 2 * c;
+        const float2 f = kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kd + t);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + h * 8;
+          *reinterpret_cast<uint32_t*>(s.delta + row * kLdCC + t) =
+              pack_bf16(D[nt][2 * h], D[nt][2 * h + 1]);
+          if constexpr (!kKda) {
+            *reinterpret_cast<uint32_t*>(s.deltad + row * kLdCC + t) =
+                pack_bf16(D[nt][2 * h] * f.x, D[nt][2 * h + 1] * f.y);
+          }
+        }
+      }
+    }
+    __syncthreads();  // Delta^T is in; every warp has read S^T
+
+    if (o_warp) {  // O^T = X Diag(qg) + Delta^T A_qk^T (A_qk is lower triangular)
+      if constexpr (!kKda) {
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const float2 f = *reinterpret_cast<const float2*>(qg + tok0 + nt * 8 + 2 * c);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) X[nt][2 * h] *= f.x, X[nt][2 * h + 1] *= f.y;
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        if (ks >= 2 && half == 0) break;
+        uint32_t af[4];
+        load_a(af, s.delta + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
+        mma_bn<2>(X, af, smem_addr(st.aqk) + bn[ks]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + (e >> 1) * 8, t = tok0 + nt * 8 + 2 * c + (e & 1);
+          s.o[t * (VT + 4) + row] = X[nt][e];
+        }
+    }
+
+    // S^T = exp(G_n) S^T + Delta^T Diag(kd) K over this warp's 32 keys (KDA: S^T's columns
+    // decay by exp(G_n[c]) and Kd holds kd).
+    if constexpr (kKda) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const float2 d = *reinterpret_cast<const float2*>(st.vec + key0 + nt * 8);
+        S[nt][0] *= d.x, S[nt][1] *= d.y, S[nt][2] *= d.x, S[nt][3] *= d.y;
+      }
+    } else {
+      const float decay = __expf(Gn);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[nt][e] *= decay;
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t af[4];
+      load_a(af, (kKda ? s.delta : s.deltad) + rb * 16 * kLdCC + ks * 16, kLdCC, lane);
+      const uint32_t kt = smem_addr(kKda ? st.kd : st.k) + ks * 16 * kRowBytes;
+      const uint32_t at[2] = {kt + bt[0], kt + bt[1]};
+      mma_bt<2>(S, af, at);
+    }
+    if (n == kC) {
+      if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
+        float* dst = a.chunk_states + (boundary * a.HV + hv) * state_floats;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(dst + int64_t(v0 + row0 + h * 8) * kD + key0 + nt * 8) =
+                make_float2(S[nt][2 * h], S[nt][2 * h + 1]);
+      }
+      ++boundary;
+    }
+    store_st();
+  }
+  if (first < last) {
+    __syncthreads();  // the last o tile is complete
+    store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
+  }
+
+  const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
+  if (final_slot < 0) return;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + (e >> 1) * 8, key = key0 + nt * 8 + (e & 1);
+      const int64_t at = (final_slot * a.HV + hv) * state_floats + int64_t(v0 + row) * kD + key;
+      if (a.pool_bf16)
+        static_cast<bf16*>(a.pool)[at] = __float2bfloat16_rn(S[nt][e]);
+      else
+        static_cast<float*>(a.pool)[at] = S[nt][e];
+    }
+}
+
+int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    HYLA_CUDA_CHECK(cudaGetDevice(&device));
+    HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+
+/// The state kernel's tensor maps (MmaArgs::map_*) for value tiles of VT columns. The rows the
+/// body reads as they are passed bf16_rows (16-byte aligned, strides multiples of 16 bytes and
+/// growing outward), as TMA wants.
+void encode_state_maps(MmaArgs& a, bool kda, int VT) {
+  const uint64_t chunk_rows = uint64_t(a.max_chunks) * uint64_t(a.HV) * kC;
+  HYLA_CHECK(chunk_rows < (uint64_t(1) << 31), "chunk workspace of ", chunk_rows,
+             " rows: TMA coordinates are 32-bit");
+  const auto chunk_major = [&](const bf16* base, uint64_t cols) {  // [chunk_rows, cols]
+    const uint64_t dims[2] = {cols, chunk_rows}, strides[1] = {cols * sizeof(bf16)};
+    const uint32_t box[2] = {64, kC};
+    return bf16_tensor_map(2, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  // [T, heads, cols] rows with the given strides (elements), boxes of bc columns x 64 tokens.
+  const auto token_major = [&](const bf16* base, uint64_t cols, uint64_t heads, int64_t st,
+                               int64_t sh, uint32_t bc) {
+    const uint64_t dims[3] = {cols, heads, uint64_t(a.T)};
+    const uint64_t strides[2] = {uint64_t(sh) * sizeof(bf16), uint64_t(st) * sizeof(bf16)};
+    const uint32_t box[3] = {bc, 1, kC};
+    return bf16_tensor_map(3, base, dims, strides, box,
+                           bc == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B);
+  };
+  a.map_t = chunk_major(a.tmat, kC);
+  a.map_aqk = chunk_major(a.aqk, kC);
+  if (kda) {
+    a.map_k = chunk_major(a.kg, kD);
+    a.map_q = chunk_major(a.qg, kD);
+    a.map_kd = chunk_major(a.kd, kD);
+  } else {
+    a.map_k = token_major(a.k16, kD, uint64_t(a.H), a.k16_st, a.k16_sh, 64);
+    a.map_q = token_major(a.q16, kD, uint64_t(a.H), a.q16_st, a.q16_sh, 64);
+  }
+  a.map_v = token_major(a.v16, uint64_t(a.d_v), uint64_t(a.HV), a.v16_st, a.v16_sh, uint32_t(VT));
+}
+
+template <int VT, bool kKda>
+void launch_kernel(MmaArgs& a, cudaStream_t s) {
+  if (a.T > 0) encode_state_maps(a, kKda, VT);  // else no sequence has a chunk
+  allow_dynamic_smem(mma_state_kernel<VT, kKda>, kStateSmemBytes<VT, kKda>);
+  mma_state_kernel<VT, kKda><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / VT)), VT * 8,
+                               kStateSmemBytes<VT, kKda>, s>>>(a);
+  HYLA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_state(MmaArgs& a, cudaStream_t s) {
+  // 64 value rows a block (16 warps) when that still gives every SM two blocks, else 32 (8 warps).
+  const bool wide = a.d_v % 64 == 0 && int64_t(a.B) * a.HV * (a.d_v / 64) >= 2 * sm_count();
+  if (a.per_channel)
+    wide ? launch_kernel<64, true>(a, s) : launch_kernel<32, true>(a, s);
+  else
+    wide ? launch_kernel<64, false>(a, s) : launch_kernel<32, false>(a, s);
+}
+
+}  // namespace hyla::kernels::cuda::chunk_mma
