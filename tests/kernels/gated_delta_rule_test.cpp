@@ -1265,6 +1265,59 @@ TEST(GatedDeltaRuleTest, ExtendPicksChunkForLongSequences) {
 namespace hyla {
 namespace {
 
+// The tensor-core body reads bf16 q / k / v rows as they are (by TMA boxes and 16-byte copies) only
+// when TMA can address them: 16-byte aligned, strides multiples of 16 bytes, heads inside tokens;
+// anything else is copied to packed bf16 rows first (ChunkWorkspaceShape::bf16_copies). Shapes
+// only: the views are never read.
+TEST(GatedDeltaRuleTest, ChunkTakesBf16RowsAsTheyAreOnlyWhenTmaCanAddressThem) {
+  const Device gpu = Device::cuda();
+  constexpr int64_t T = 8, H = 2, HV = 4, d = 128, dv = 64;
+  constexpr int64_t width = 2 * H * d + HV * dv;  // a fused [q | k | v] row
+  std::vector<uint16_t> qkv(T * width + 64), other(T * width + 64);
+  std::vector<float> f32(T * width), g(T * HV * d), beta(T * HV);
+  std::vector<int32_t> cu = {0, int32_t(T)};
+  // [T, heads, dim] views of `base` at element offset `at` with the given strides.
+  const auto view = [&](void* base, DType dtype, int64_t at, int64_t heads, int64_t dim, int64_t st,
+                        int64_t sh) {
+    const int64_t shape[3] = {T, heads, dim}, stride[3] = {st, sh, 1};
+    char* p = static_cast<char*>(base) + at * int64_t(dtype_size(dtype));
+    return TensorView(p, dtype, 3, shape, stride, gpu);
+  };
+  const auto fused = [&](DType dtype, void* base, int64_t shift) {
+    kernels::GatedDeltaRuleParams p;
+    p.q = view(base, dtype, shift, H, d, width, d);
+    p.k = view(base, dtype, shift + H * d, H, d, width, d);
+    p.v = view(base, dtype, shift + 2 * H * d, HV, dv, width, dv);
+    p.g = TensorView(g.data(), DType::kF32, {T, HV}, gpu);
+    p.beta = TensorView(beta.data(), DType::kF32, {T, HV}, gpu);
+    p.cu_seqlens = TensorView(cu.data(), DType::kI32, {2}, gpu);
+    return p;
+  };
+  const auto copies = [](const kernels::GatedDeltaRuleParams& p) {
+    const kernels::ChunkWorkspaceShape s = kernels::chunk_workspace_shape(p);
+    EXPECT_TRUE(s.tensor_cores);
+    return s.bf16_copies;
+  };
+  kernels::GatedDeltaRuleParams p = fused(DType::kBF16, qkv.data(), 0);
+  EXPECT_FALSE(copies(p)) << "bf16 rows of a fused projection, as they are";
+  EXPECT_TRUE(copies(fused(DType::kBF16, qkv.data(), 1))) << "rows 2 bytes off 16";
+  EXPECT_TRUE(copies(fused(DType::kF32, f32.data(), 0))) << "f32 rows";
+  kernels::GatedDeltaRuleParams q_heads_outside = p;  // [H][T][d] memory seen as [T, H, d]
+  q_heads_outside.q = view(other.data(), DType::kBF16, 0, H, d, d, T * d);
+  EXPECT_TRUE(copies(q_heads_outside)) << "heads outside tokens";
+  kernels::GatedDeltaRuleParams v_odd = p;  // a token stride of 8 bytes past 16
+  v_odd.v = view(other.data(), DType::kBF16, 0, HV, dv, HV * dv + 4, dv);
+  EXPECT_TRUE(copies(v_odd)) << "token stride not a multiple of 16 bytes";
+  // KDA enters q and k through its scaled tiles: f32 q / k need no copies when v is bf16 rows.
+  kernels::GatedDeltaRuleParams kda = p;
+  kda.q = view(f32.data(), DType::kF32, 0, H, d, width, d);
+  kda.k = view(f32.data(), DType::kF32, H * d, H, d, width, d);
+  kda.g = TensorView(g.data(), DType::kF32, {T, HV, d}, gpu);
+  EXPECT_FALSE(copies(kda));
+  kda.v = v_odd.v;
+  EXPECT_TRUE(copies(kda));
+}
+
 // The CUDA chunk workspace (kernels/cuda/gated_delta_rule_chunk.cu and, for the tensor-core body,
 // gated_delta_rule_chunk_mma.cu): sized from shapes alone, its regions aligned and disjoint, room
 // for every chunk of any lengths summing to T.
