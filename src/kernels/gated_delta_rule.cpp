@@ -143,8 +143,8 @@ bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p) {
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
   const bool tc = chunk_uses_tensor_cores(p);
   const bool per_channel = p.g.ndim() == 3;
-  const bool rows_as_they_are =
-      bf16_rows(p.v) && (per_channel || (bf16_rows(p.q) && bf16_rows(p.k)));
+  const bool qk_rows = bf16_rows(p.q) && bf16_rows(p.k);
+  const bool rows_as_they_are = bf16_rows(p.v) && (per_channel || qk_rows);
   return {.T = p.q.size(0),
           .B = p.cu_seqlens.size(0) - 1,
           .H = p.q.size(1),
@@ -153,7 +153,8 @@ ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
           .d_v = p.v.size(2),
           .per_channel = per_channel,
           .tensor_cores = tc,
-          .bf16_copies = tc && !rows_as_they_are};
+          .bf16_copies = tc && !rows_as_they_are,
+          .qk_bf16_rows = qk_rows};
 }
 
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {

@@ -104,6 +104,9 @@ struct ChunkWorkspaceShape {
   /// since its q and k enter through the scaled tiles tc_kg / tc_qg / tc_kd): it works on bf16
   /// copies.
   bool bf16_copies;
+  /// q and k are bf16 rows the body can take as they are (its prepare kernel then copies them
+  /// into shared memory without converting them).
+  bool qk_bf16_rows;
 };
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p);
 /// True when a CUDA chunk call of p runs the tensor-core body (cuda/gated_delta_rule_chunk_mma.cu):

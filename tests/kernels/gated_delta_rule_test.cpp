@@ -1300,6 +1300,7 @@ TEST(GatedDeltaRuleTest, ChunkTakesBf16RowsAsTheyAreOnlyWhenTmaCanAddressThem) {
   };
   kernels::GatedDeltaRuleParams p = fused(DType::kBF16, qkv.data(), 0);
   EXPECT_FALSE(copies(p)) << "bf16 rows of a fused projection, as they are";
+  EXPECT_TRUE(kernels::chunk_workspace_shape(p).qk_bf16_rows);
   EXPECT_TRUE(copies(fused(DType::kBF16, qkv.data(), 1))) << "rows 2 bytes off 16";
   EXPECT_TRUE(copies(fused(DType::kF32, f32.data(), 0))) << "f32 rows";
   kernels::GatedDeltaRuleParams q_heads_outside = p;  // [H][T][d] memory seen as [T, H, d]
@@ -1314,6 +1315,7 @@ TEST(GatedDeltaRuleTest, ChunkTakesBf16RowsAsTheyAreOnlyWhenTmaCanAddressThem) {
   kda.k = view(f32.data(), DType::kF32, H * d, H, d, width, d);
   kda.g = TensorView(g.data(), DType::kF32, {T, HV, d}, gpu);
   EXPECT_FALSE(copies(kda));
+  EXPECT_FALSE(kernels::chunk_workspace_shape(kda).qk_bf16_rows) << "f32 q / k are converted";
   kda.v = v_odd.v;
   EXPECT_TRUE(copies(kda));
 }
@@ -1345,7 +1347,8 @@ TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
                                                .d_v = body.tensor_cores ? 96 : 48,
                                                .per_channel = body.per_channel,
                                                .tensor_cores = body.tensor_cores,
-                                               .bf16_copies = body.bf16_copies};
+                                               .bf16_copies = body.bf16_copies,
+                                               .qk_bf16_rows = false};  // no layout effect
       SCOPED_TRACE(str_cat("T ", T, " B ", shape.B, body.per_channel ? " kda" : " gdn",
                            body.tensor_cores ? " tensor cores" : "",
                            body.bf16_copies ? " with copies" : ""));

@@ -1,6 +1,6 @@
-// Asynchronous copies into and out of shared memory (sm_90): mbarriers, bulk copies
-// (cp.async.bulk) and tensor-map tile copies (TMA, cp.async.bulk.tensor), and the host side that
-// encodes a tensor map. CUDA code only (include from .cu files).
+// Asynchronous copies into and out of shared memory: cp.async (sm_80), and on sm_90 mbarriers,
+// bulk copies (cp.async.bulk) and tensor-map tile copies (TMA, cp.async.bulk.tensor), and the host
+// side that encodes a tensor map. CUDA code only (include from .cu files).
 #pragma once
 
 #include <cuda.h>
@@ -47,6 +47,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// ---- cp.async: 16 bytes a thread, in commit groups ----
+/// 16 bytes global -> shared; zeros (and no read) when !valid.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/// Waits until at most kPending of this thread's commit groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // ---- bulk copies: contiguous bytes (16-byte aligned, a multiple of 16) ----

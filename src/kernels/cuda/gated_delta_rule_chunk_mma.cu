@@ -66,13 +66,8 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
     a.kd = reinterpret_cast<bf16*>(ws + layout.tc_kd);
   }
   a.copies = shape.bf16_copies;
-  {  // GDN's q / k copies are written from the registers of the staged path
-    const auto pieces = [](const void* x, bool is_bf16, int64_t st, int64_t sh) {
-      return is_bf16 && st % 8 == 0 && sh % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    };
-    a.qk_async = (kda || !a.copies) && pieces(a.q, a.q_bf16, a.q_st, a.q_sh) &&
-                 pieces(a.k, a.k_bf16, a.k_st, a.k_sh);
-  }
+  // GDN's q / k copies are written from the registers of the staged path.
+  a.qk_async = shape.qk_bf16_rows && (kda || !a.copies);
   if (a.copies) {  // packed [T, heads, d] copies (KDA: of v only)
     if (!kda) {
       a.q16 = reinterpret_cast<const bf16*>(ws + layout.tc_q);

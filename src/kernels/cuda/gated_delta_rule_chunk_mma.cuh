@@ -29,8 +29,8 @@ constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fra
 struct MmaArgs : ChunkCall {
   bool o_vec;     // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
   bool g_vec;     // KDA: g's rows take 16-byte copies
-  bool qk_async;  // q and k are bf16 rows of 16-byte pieces: the prepare kernel copies them into
-                  // its tiles by cp.async (no register staging) and takes the norms from there
+  bool qk_async;  // ChunkWorkspaceShape::qk_bf16_rows (and no GDN copies): the prepare kernel
+                  // copies q / k into its tiles by cp.async and takes the norms from there
   bf16* tmat;     // [max_chunks, HV, 64, 64]
   bf16* aqk;      // [max_chunks, HV, 64, 64]
   float* vec;     // [max_chunks, HV, 4, 64]: kg, qg, kd, G (GDN) or exp(G_n[c]) (KDA); tc_vec

@@ -11,18 +11,7 @@ namespace hyla::kernels::cuda::chunk_mma {
 
 namespace {
 
-// ---- cp.async and row loads ----
-/// 16 bytes global -> shared, or zeros when !valid.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
+// ---- row loads ----
 /// 8 consecutive elements of a row (f32 or bf16, 16-byte loads when aligned) as floats.
 __device__ __forceinline__ void load8(const void* base, bool is_bf16, int64_t i, float (&x)[8]) {
   if (is_bf16) {

@@ -11,7 +11,8 @@ namespace {
 // with the 128-byte swizzle: piece p (16 bytes) of row r sits at piece p ^ (r % 8), so the eight
 // rows an ldmatrix phase reads hit distinct banks without padding. v's tile at VT = 32 has rows
 // of 64 bytes in the 64-byte swizzle (piece p at p ^ ((r / 2) % 4)). The kernel computes each
-// lane's swizzled offsets once (SwizzledOffsets); a read adds compile-time constants to them.
+// lane's swizzled offsets once (bn, bt, vt_off in mma_state_kernel); a read adds compile-time
+// constants to them.
 constexpr int kBox = kC * 64;             // bf16 elements of a 64 x 64 box
 constexpr uint32_t kBoxBytes = kBox * 2;  // 8 KB
 constexpr uint32_t kRowBytes = 128;       // a box row
@@ -64,17 +65,17 @@ struct StateStage {  // filled by TMA (issue_stage); boxes 1024-byte aligned for
 /// The bytes a stage's copies bring (every box counts whole, zeros past the tensor included).
 template <int VT, bool kKda>
 constexpr uint32_t kStageBytes = (kKda ? 8 : 6) * kBox * 2 + kC* VT * 2 + 4 * kC * 4;
+constexpr int kPitchP = 40;  // bf16 row pitch of the P^T hand-over tile
 template <int VT, bool kKda>
 struct alignas(1024) StateSmem {
   StateStage<VT, kKda> stage[2];
   bf16 st[VT * kLdQK];                 // S^T as bf16, the A operand of the products with K, Q
-  bf16 p[VT * 40];                     // P^T of tokens 0-31
+  bf16 p[VT * kPitchP];                // P^T of tokens 0-31
   bf16 delta[VT * kLdCC];              // Delta^T
   bf16 deltad[kKda ? 8 : VT * kLdCC];  // GDN: Delta^T Diag(kd)
   float o[kC * (VT + 4)];
   uint64_t full[2];  // the stages' mbarriers
 };
-constexpr int kPitchP = 40;
 /// Dynamic shared memory a state block asks: StateSmem and room to align its start to 1024 bytes.
 template <int VT, bool kKda>
 constexpr size_t kStateSmemBytes = sizeof(StateSmem<VT, kKda>) + 1024;

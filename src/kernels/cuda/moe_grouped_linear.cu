@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/async_copy.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/moe_grouped_linear.h"
 
@@ -116,21 +117,6 @@ struct GemmArgs {
   int K, Nout;
 };
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  // src_bytes = 0 fills the 16 bytes with zeros and reads nothing
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 template <int kBM>
 struct TcTiling {
   static constexpr int kWarpsM = kBM == 16 ? 1 : 2;   // warps over rows
@@ -173,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
       const int n = c / kChunksPerRow, k = (c % kChunksPerRow) * 8;
       const bool valid = n0 + n < a.Nout && k0 + k < a.K;
       const __nv_bfloat16* src = valid ? w + int64_t(n0 + n) * a.K + k0 + k : w;
-      cp_async_16(dst + n * kLdW + k, src, valid ? 16 : 0);
+      cp_async16(dst + n * kLdW + k, src, valid);
     }
   };
   // x[row0 : row0 + rows, k0 : k0 + 64] -> registers (zeros past rows or K)
