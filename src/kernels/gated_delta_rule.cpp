@@ -123,17 +123,11 @@ int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p) {
   return chunk_workspace_layout(chunk_workspace_shape(p)).bytes;
 }
 
-namespace {
-
-/// A [T, heads, d] activation the tensor-core body can read as it is, by TMA tiles: bf16 rows,
-/// 16-byte aligned, strides multiples of 16 bytes with heads inside tokens (no overlap).
-bool bf16_rows(const TensorView& x) {
+bool chunk_bf16_rows(const TensorView& x) {
   return x.dtype() == DType::kBF16 && x.stride(2) == 1 && x.stride(1) % 8 == 0 &&
          x.stride(0) % 8 == 0 && x.stride(1) >= x.size(2) &&
          x.stride(0) >= x.stride(1) * x.size(1) && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0;
 }
-
-}  // namespace
 
 bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p) {
   return p.q.device().is_cuda() && p.q.size(2) == 128 && p.k.size(2) == 128 &&
@@ -143,8 +137,8 @@ bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p) {
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
   const bool tc = chunk_uses_tensor_cores(p);
   const bool per_channel = p.g.ndim() == 3;
-  const bool qk_rows = bf16_rows(p.q) && bf16_rows(p.k);
-  const bool rows_as_they_are = bf16_rows(p.v) && (per_channel || qk_rows);
+  const bool qk_rows = chunk_bf16_rows(p.q) && chunk_bf16_rows(p.k);
+  const bool rows_as_they_are = chunk_bf16_rows(p.v) && (per_channel || qk_rows);
   return {.T = p.q.size(0),
           .B = p.cu_seqlens.size(0) - 1,
           .H = p.q.size(1),

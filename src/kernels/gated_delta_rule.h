@@ -109,6 +109,10 @@ struct ChunkWorkspaceShape {
   bool qk_bf16_rows;
 };
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p);
+/// A [T, heads, d] activation the tensor-core body reads (q, k, v) or writes (o) as it is, by TMA
+/// tiles: bf16 rows, 16-byte aligned, strides multiples of 16 bytes with heads inside tokens (no
+/// overlap).
+bool chunk_bf16_rows(const TensorView& x);
 /// True when a CUDA chunk call of p runs the tensor-core body (cuda/gated_delta_rule_chunk_mma.cu):
 /// GDN or KDA, d_k = 128, d_v a multiple of 32. bf16 operands with fp32 accumulation and an fp32
 /// state; other shapes take the fp32 body.

@@ -1,7 +1,8 @@
 // Tensor-core body of gated_delta_rule_chunk (kernels/gated_delta_rule.h) for GDN's scalar gate and
-// KDA's per-channel one, d_k = 128 and d_v a multiple of 32: bf16 operands into mma.sync m16n8k16
-// with fp32 accumulation, the state kept in fp32 registers. cpu/gated_delta_rule.cpp (chunk_step)
-// is the specification; gated_delta_rule_chunk.cu is the fp32 body of every other shape.
+// KDA's per-channel one, d_k = 128 and d_v a multiple of 32: bf16 operands into the tensor cores
+// (wgmma on sm_90a for the state, mma.sync elsewhere) with fp32 accumulation, the state kept in
+// fp32 registers. cpu/gated_delta_rule.cpp (chunk_step) is the specification;
+// gated_delta_rule_chunk.cu is the fp32 body of every other shape.
 //
 // Per chunk of n <= 64 tokens of one sequence and value head, with G_t = sum_{s<=t} g_s (within
 // the chunk) and the state S^T [d_v, d_k] (the pool's layout):
@@ -23,17 +24,20 @@
 // tc_*, chunk-major and padded to 64 tokens):
 //   plan     <<<1, 1>>>                    chunk numbering (gated_delta_rule_chunk_plan.cuh)
 //   prepare  <<<(HV, chunks), 128>>>       (gated_delta_rule_chunk_mma_prepare.cu) a chunk of one
-//   value head at a time (the value heads
-//                                          of a key head run side by side and share its rows in
-//                                          L2): the norms, K K^T and Q K^T on tensor cores, G, T
-//                                          (blockwise inverse of the 64x64 unit triangle), A_qk and
-//                                          the per-token factors kg, qg, kd; bf16 copies of q, k, v
-//                                          when the inputs are not bf16 rows
-//   state    <<<(B, HV, d_v / VT), 8 VT>>> (gated_delta_rule_chunk_mma_state.cu) the chunks of one
-//   sequence in order for VT value rows
-//                                          of one value head, four warps per 16 rows; the next
-//                                          chunk's tiles stream in (TMA boxes completing on an
-//                                          mbarrier per stage) while this one computes
+//                                          value head at a time (the value heads of a key head run
+//                                          side by side and share its rows in L2): the norms,
+//                                          K K^T and Q K^T on tensor cores, G, T (blockwise inverse
+//                                          of the 64x64 unit triangle), A_qk and the per-token
+//                                          factors kg, qg, kd; bf16 copies of q, k, v when the
+//                                          inputs are not bf16 rows
+//   state    <<<(B, HV, d_v / 64), 288>>> (gated_delta_rule_chunk_mma_state.cu) the chunks of one
+//                                          sequence in order for 64 value rows of one value head:
+//                                          a state warpgroup with S^T in its wgmma accumulators, an
+//                                          output warpgroup forming O from the S^T and Delta^T
+//                                          tiles handed over in shared memory, a TMA warp bringing
+//                                          the next chunk's tiles while these compute; o leaves by
+//                                          tensor map. d_v an odd multiple of 32: the mma.sync
+//                                          kernel, 8 warps per 32 value rows.
 //
 // This file: the entry (the call's arguments and workspace regions, MmaArgs); what both kernels
 // share is in gated_delta_rule_chunk_mma.cuh.
@@ -53,6 +57,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
     const int64_t per16 = a.o_bf16 ? 8 : 4;
     a.o_vec = p.o.stride(2) == 1 && a.o_st % per16 == 0 && a.o_sh % per16 == 0 &&
               reinterpret_cast<uintptr_t>(a.o) % 16 == 0;
+    a.o_tma = chunk_bf16_rows(p.o);
     a.g_vec = a.g_st % 4 == 0 && a.g_sh % 4 == 0 && reinterpret_cast<uintptr_t>(a.g) % 16 == 0;
   }
   float* ws = ptr<float>(p.workspace);

@@ -28,6 +28,8 @@ constexpr int kLdF = kC + 4;         // f32 row pitch of 64x64 tiles (tf32 A fra
 /// The call's operands (ChunkCall) and this body's workspace regions.
 struct MmaArgs : ChunkCall {
   bool o_vec;     // o's rows take 16-byte stores at every 4 (f32) or 8 (bf16) columns
+  bool o_tma;     // o is bf16 rows TMA can write (chunk_bf16_rows): the wgmma state kernel
+                  // stores whole chunks by tensor map (map_o)
   bool g_vec;     // KDA: g's rows take 16-byte copies
   bool qk_async;  // ChunkWorkspaceShape::qk_bf16_rows (and no GDN copies): the prepare kernel
                   // copies q / k into its tiles by cp.async and takes the norms from there
@@ -46,7 +48,7 @@ struct MmaArgs : ChunkCall {
   bool copies;  // the prepare kernel writes q16 / k16 / v16 (KDA: v16 only)
   // The state kernel's tiles (encode_state_maps): k / q rows (GDN, [T, H, 128]) or Kg / Qg / Kd
   // (KDA, chunk-major), v rows, T and A_qk (chunk-major); 128-byte swizzle, 64-row boxes.
-  CUtensorMap map_k, map_q, map_kd, map_v, map_t, map_aqk;
+  CUtensorMap map_k, map_q, map_kd, map_v, map_t, map_aqk, map_o;
 };
 
 // ---- mma.sync / ldmatrix ----
@@ -73,6 +75,21 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/// Four 8x8 bf16 matrices to the rows lanes 8 i .. 8 i + 7 address (matrix i from r[i], the
+/// fragment layout of ldmatrix).
+__device__ __forceinline__ void stsm_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+/// Four 8x8 bf16 matrices, transposed, to the rows lanes 8 i .. 8 i + 7 address (matrix i from
+/// r[i], the fragment layout of ldmatrix).
+__device__ __forceinline__ void stsm_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);

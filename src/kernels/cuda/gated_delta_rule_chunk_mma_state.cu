@@ -1,7 +1,9 @@
-// The state kernel of the tensor-core chunk body (gated_delta_rule_chunk_mma.cu has the scheme):
+// The state kernels of the tensor-core chunk body (gated_delta_rule_chunk_mma.cu has the scheme):
 // the chunks of one sequence in order for a block of value rows of one value head, the state in
-// registers, each chunk's tiles brought by TMA while the previous one computes.
+// registers, each chunk's tiles brought by TMA while the previous one computes. d_v a multiple of
+// 64: wgmma_state_kernel (warpgroup roles); else mma_state_kernel (mma.sync, 32 value rows).
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace hyla::kernels::cuda::chunk_mma {
 
@@ -107,12 +109,11 @@ __device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t
 /// Rows n .. 63 of a stage's v (and GDN's k, q) tiles to zeros: the boxes brought the next
 /// sequence's rows there (zeros only past T), which must not reach this one's products even as
 /// 0 x inf. KDA's tiles, T and A_qk are zeros past n already.
-template <int VT, bool kKda>
-__device__ void zero_tail(StateStage<VT, kKda>& st, int n) {
-  constexpr int kThreads = VT * 8;
+template <int VT, bool kKda, int kThreads = VT * 8>
+__device__ void zero_tail(StateStage<VT, kKda>& st, int n, int tid) {
   const uint4 zero = make_uint4(0, 0, 0, 0);
   if constexpr (!kKda) {
-    for (int e = threadIdx.x; e < 2 * kC * 8; e += kThreads) {  // 2 boxes x 64 rows x 8 pieces
+    for (int e = tid; e < 2 * kC * 8; e += kThreads) {  // 2 boxes x 64 rows x 8 pieces
       const int r = (e >> 3) & (kC - 1), at = (e >> 9) * kBox + r * 64 + (e & 7) * 8;
       if (r >= n) {
         *reinterpret_cast<uint4*>(st.k + at) = zero;
@@ -120,7 +121,7 @@ __device__ void zero_tail(StateStage<VT, kKda>& st, int n) {
       }
     }
   }
-  for (int e = threadIdx.x; e < kC * VT / 8; e += kThreads) {
+  for (int e = tid; e < kC * VT / 8; e += kThreads) {
     const int r = e / (VT / 8);
     if (r >= n) *reinterpret_cast<uint4*>(st.v + e * 8) = zero;
   }
@@ -128,13 +129,12 @@ __device__ void zero_tail(StateStage<VT, kKda>& st, int n) {
 
 /// o rows t0 .. t0 + n of value head hv, columns v0 .. v0 + VT, from the f32 tile [64][VT + 4]:
 /// 16-byte stores when the rows allow (o_vec), else one element a thread.
-template <int VT>
+template <int VT, int kThreads = VT * 8>
 __device__ __forceinline__ void store_o(const MmaArgs& a, const float* tile, int t0, int n, int hv,
-                                        int v0) {
-  constexpr int kThreads = VT * 8;
+                                        int v0, int tid) {
   if (a.o_vec && a.o_bf16) {  // 8 values a store
     constexpr int kPer = VT / 8;
-    for (int i = threadIdx.x; i < n * kPer; i += kThreads) {
+    for (int i = tid; i < n * kPer; i += kThreads) {
       const int t = i / kPer, col = (i % kPer) * 8;
       const float4 x0 = *reinterpret_cast<const float4*>(tile + t * (VT + 4) + col);
       const float4 x1 = *reinterpret_cast<const float4*>(tile + t * (VT + 4) + col + 4);
@@ -146,14 +146,14 @@ __device__ __forceinline__ void store_o(const MmaArgs& a, const float* tile, int
     }
   } else if (a.o_vec) {  // 4 values a store
     constexpr int kPer = VT / 4;
-    for (int i = threadIdx.x; i < n * kPer; i += kThreads) {
+    for (int i = tid; i < n * kPer; i += kThreads) {
       const int t = i / kPer, col = (i % kPer) * 4;
       *reinterpret_cast<float4*>(static_cast<float*>(a.o) + int64_t(t0 + t) * a.o_st +
                                  int64_t(hv) * a.o_sh + v0 + col) =
           *reinterpret_cast<const float4*>(tile + t * (VT + 4) + col);
     }
   } else {
-    for (int i = threadIdx.x; i < n * VT; i += kThreads) {
+    for (int i = tid; i < n * VT; i += kThreads) {
       const int t = i / VT, col = i % VT;
       const int64_t at = int64_t(t0 + t) * a.o_st + int64_t(hv) * a.o_sh + v0 + col;
       const float x = tile[t * (VT + 4) + col];
@@ -252,13 +252,13 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
     const int t0 = chunk_t0(chunk), n = min(kC, end - t0), use = chunk - first;
     StateStage<VT, kKda>& st = s.stage[use & 1];
     mbar_wait(&s.full[use & 1], (use >> 1) & 1);
-    if (n < kC) zero_tail(st, n);
+    if (n < kC) zero_tail(st, n, threadIdx.x);
     __syncthreads();  // the stage and S^T are in; the last chunk's o tile is complete
     // The next chunk into the other stage, whose readers all passed the barrier.
     if (threadIdx.x == 0 && chunk + 1 < last)
       issue_stage<VT, kKda>(a, s.stage[(use + 1) & 1], &s.full[(use + 1) & 1], chunk + 1,
                             chunk_t0(chunk + 1), kh, hv, v0);
-    if (chunk > first) store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
+    if (chunk > first) store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0, threadIdx.x);
     prev_t0 = t0, prev_n = n;
     const float* kg = st.vec;  // GDN's per-token factors
     const float* qg = st.vec + kC;
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
   }
   if (first < last) {
     __syncthreads();  // the last o tile is complete
-    store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0);
+    store_o<VT>(a, s.o, prev_t0, prev_n, hv, v0, threadIdx.x);
   }
 
   const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
@@ -418,19 +418,311 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
     }
 }
 
-int sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    HYLA_CUDA_CHECK(cudaGetDevice(&device));
-    HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return count;
+// ---- state on wgmma: (sequence, value head, 64 value rows) a block, three roles ----
+// The state warpgroup (warps 0-3) keeps S^T [64 value rows x 128 keys] in its f32 wgmma
+// accumulators (64 a thread: warp w rows 16 w + g, + 8, keys 8 j + 2 c, + 1) and runs the
+// recurrence; the output warpgroup (warps 4-7) forms O; warp 8 brings the stage tiles by TMA.
+// Per chunk, A operands from registers (state) or shared memory (output), B from the stage tiles
+// (TMA's 128-byte-swizzled boxes are wgmma's canonical layouts):
+//   state:  X = S^T K^T                            m64n64k16 x 8, A = S^T rounded to bf16
+//           P^T = V^T - X Diag(kg)                 registers (V^T by transposed ldmatrix)
+//           Delta^T = P^T T^T                      m64n64k16 x 4, B = T [t][j] (K-major)
+//           S^T = exp(G_n) S^T + Delta^T Diag(kd) K  m64n128k16 x 4, B = the k tile MN-major
+//   output: O^T = (S^T Q^T) Diag(qg) + Delta^T A_qk^T  m64n64k16 x 12, A = the S^T and Delta^T
+//           tiles the state warpgroup stores (bf16, two buffers by chunk parity)
+// KDA reads Kg, Qg and Kd as the other kernel does and decays S^T's columns.
+// Hand-overs: named barriers "S^T in" and "Delta^T in" (state arrives, output waits) and
+// "buffers read" (the other way) per buffer parity; the stage's `empty` mbarrier takes one
+// arrival from each warpgroup before the TMA warp refills it.
+constexpr int kWgVT = 64;
+constexpr int kWgThreads = 288;
+constexpr int kBarStIn = 1, kBarDeltaIn = 3, kBarRead = 5, kBarOut = 7;  // + parity; kBarOut:
+                                                                         // the output warpgroup
+template <bool kKda>
+struct alignas(1024) WgStateSmem {
+  StateStage<kWgVT, kKda> stage[2];
+  alignas(1024) bf16 st16[2][2 * kBox];  // S^T at a chunk's start: [64 rows][keys], two boxes
+  alignas(1024) bf16 d16[2][kBox];       // Delta^T: [64 rows][64 tokens]
+  alignas(1024) bf16 o16[kBox];          // a whole chunk's o for the tensor-map store (o_tma)
+  float o[kC * (kWgVT + 4)];             // else o for store_o
+  uint64_t full[2], empty[2];
+};
+template <bool kKda>
+constexpr size_t kWgStateSmemBytes = sizeof(WgStateSmem<kKda>) + 1024;
+
+/// The A fragment of 16-deep step ks from a 64 x 64 (or x 128) f32 accumulator, each value
+/// times f[column] (f null: 1) and rounded to bf16.
+template <int N>
+__device__ __forceinline__ void acc_to_a(uint32_t (&af)[4], const float (&acc)[N], int ks,
+                                         const float* f, int c) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int j = 2 * ks + half;
+    const float2 s = f ? *reinterpret_cast<const float2*>(f + 8 * j + 2 * c) : make_float2(1, 1);
+    af[2 * half] = pack_bf16(acc[4 * j] * s.x, acc[4 * j + 1] * s.y);
+    af[2 * half + 1] = pack_bf16(acc[4 * j + 2] * s.x, acc[4 * j + 3] * s.y);
+  }
+}
+/// The A fragment of step ks (warp w's 16 rows x 16 k) into a K-major tile at `tile` of 64 rows
+/// (boxes of 64 k, 128-byte rows in the 128-byte swizzle), where wgmma reads it as A.
+__device__ __forceinline__ void store_a(uint32_t tile, const uint32_t (&af)[4], int ks, int warp,
+                                        int lane) {
+  const int i = lane >> 3, row = 16 * warp + (i & 1) * 8 + (lane & 7);
+  const int piece = (ks & 3) * 2 + (i >> 1);
+  stsm_x4(tile + (ks >> 2) * kBoxBytes + row * kRowBytes + ((piece ^ (lane & 7)) << 4), af);
+}
+
+template <bool kKda>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    wgmma_state_kernel(const __grid_constant__ MmaArgs a) {
+  constexpr int VT = kWgVT;
+  const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3, lane7 = lane & 7;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  WgStateSmem<kKda>& s = *reinterpret_cast<WgStateSmem<kKda>*>(
+      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 2);
+    mbar_init_fence();
+  }
+  int begin, end;
+  chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
+  const int first = a.chunk_first[b], last = a.chunk_first[b + 1], chunks = last - first;
+  const auto chunk_t0 = [&](int use) { return begin + use * kC; };
+  __syncthreads();  // the mbarriers are initialised
+
+  if (warp == 8) {  // TMA: chunk `use` into stage use % 2 once both warpgroups left use - 2
+    if (lane == 0) {
+      const int kh = hv / a.group;
+      for (int use = 0; use < chunks; ++use) {
+        if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
+        issue_stage<VT, kKda>(a, s.stage[use & 1], &s.full[use & 1], first + use, chunk_t0(use), kh,
+                              hv, v0);
+      }
+    }
+    return;
+  }
+  // The stage tiles' descriptors: one from the stage's address, the tiles at constant offsets
+  // (the start address is the descriptor's low bits, in 16-byte units).
+  const auto tile_desc = [](uint64_t base, const void* stage, const void* tile, uint32_t bytes) {
+    return base +
+           ((uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage)) + bytes) >>
+            4);
+  };
+
+  if (warp >= 4) {  // the output warpgroup
+    const int tid = threadIdx.x - 128, ow = warp - 4;
+    for (int use = 0; use < chunks; ++use) {
+      const int t0 = chunk_t0(use), n = min(kC, end - t0), p = use & 1;
+      StateStage<VT, kKda>& st = s.stage[p];
+      mbar_wait(&s.full[p], (use >> 1) & 1);
+      const uint64_t stage_k = wgmma::desc_k_major(smem_addr(&st));
+      const uint64_t st_k = wgmma::desc_k_major(smem_addr(s.st16[p]));
+      const uint64_t d_k = wgmma::desc_k_major(smem_addr(s.d16[p]));
+      float O[32];
+      named_sync(kBarStIn + p, 256);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+        wgmma::mma_m64n64k16_ss(
+            O, st_k + (((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4),
+            tile_desc(stage_k, &st, st.q, (ks >> 2) * kBoxBytes + (ks & 3) * 32), ks > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(O);
+      if constexpr (!kKda) {
+        const float* qg = st.vec + kC;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float2 f = *reinterpret_cast<const float2*>(qg + 8 * j + 2 * c);
+          O[4 * j] *= f.x, O[4 * j + 1] *= f.y, O[4 * j + 2] *= f.x, O[4 * j + 3] *= f.y;
+        }
+      }
+      named_sync(kBarDeltaIn + p, 256);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        wgmma::mma_m64n64k16_ss(O, d_k + ((ks * 32) >> 4), tile_desc(stage_k, &st, st.aqk, ks * 32),
+                                true);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(O);
+      if (use + 2 < chunks) named_arrive(kBarRead + p, 256);  // st16[p], d16[p] read
+      if (tid == 0) mbar_arrive(&s.empty[p]);                 // and the stage
+      if (a.o_tma && n == kC) {
+        if (tid == 0) bulk_wait_read<0>();  // the last o16 tile has left
+        named_sync(kBarOut, 128);
+        // O^T's 8x8 blocks, transposed, into o16 [t][64 value rows] (128-byte swizzle): matrix
+        // i of step jp holds tokens 8 j .. + 7, j = 2 jp + i / 2, value rows 16 ow + 8 (i % 2) ..
+#pragma unroll
+        for (int jp = 0; jp < 4; ++jp) {
+          uint32_t r[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int j = 2 * jp + (i >> 1), e = (i & 1) * 2;
+            r[i] = pack_bf16(O[4 * j + e], O[4 * j + e + 1]);
+          }
+          const int i = lane >> 3, t = 8 * (2 * jp + (i >> 1)) + lane7;
+          stsm_x4_trans(smem_addr(s.o16) + t * kRowBytes + ((((2 * ow) | (i & 1)) ^ lane7) << 4),
+                        r);
+        }
+        fence_proxy_async();  // before the tensor-map store reads o16
+        named_sync(kBarOut, 128);
+        if (tid == 0) tma_store_3d(&a.map_o, s.o16, v0, hv, t0);
+      } else {
+        named_sync(kBarOut, 128);  // the last store_o has read the tile
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const int row = 16 * ow + g + ((i >> 1) & 1) * 8, t = 8 * (i >> 2) + 2 * c + (i & 1);
+          s.o[t * (VT + 4) + row] = O[i];
+        }
+        named_sync(kBarOut, 128);
+        store_o<VT, 128>(a, s.o, t0, n, hv, v0, tid);
+      }
+    }
+    if (tid == 0) bulk_wait_read<0>();  // before the block's memory goes
+    return;
+  }
+
+  // The state warpgroup.
+  const int row0 = warp * 16 + g;  // this thread's state rows row0, row0 + 8
+  // V^T's fragments: transposed ldmatrix of the v tile [t][64 value rows], token rows
+  // 16 j + 8 (lane / 16) + lane % 8, value piece 2 warp + (lane / 8) % 2 (swizzled by row % 8).
+  const uint32_t vt_off =
+      (8 * (lane >> 4) + lane7) * kRowBytes + ((((2 * warp) | ((lane >> 3) & 1)) ^ lane7) << 4);
+  const int64_t state_floats = int64_t(a.d_v) * kD;
+  const auto state_off = [&](int i) {  // accumulator i's element in a state [d_v, d_k]
+    const int row = row0 + ((i >> 1) & 1) * 8, key = 8 * (i >> 2) + 2 * c + (i & 1);
+    return int64_t(v0 + row) * kD + key;
+  };
+  const auto state_at = [&](int64_t slot, int i) {  // ... in value head hv of a pool slot
+    return (slot * a.HV + hv) * state_floats + state_off(i);
+  };
+  float S[64];
+  const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    S[i] = initial < 0   ? 0.0f
+           : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[state_at(initial, i)])
+                         : static_cast<const float*>(a.pool)[state_at(initial, i)];
+  }
+  int64_t boundary = a.boundary_first[b];
+  for (int use = 0; use < chunks; ++use) {
+    const int n = min(kC, end - chunk_t0(use)), p = use & 1;
+    StateStage<VT, kKda>& st = s.stage[p];
+    mbar_wait(&s.full[p], (use >> 1) & 1);
+    if (n < kC) {
+      zero_tail<VT, kKda, 128>(st, n, threadIdx.x);
+      fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
+    }
+    const float* kg = kKda ? nullptr : st.vec;  // GDN's per-token factors
+    const float* kd = kKda ? nullptr : st.vec + 2 * kC;
+    const uint32_t stage_addr = smem_addr(&st);
+    const uint64_t k_major = wgmma::desc_k_major(stage_addr);
+
+    // X = S^T K^T, A = S^T as bf16, which also goes to the output warpgroup's tile meanwhile.
+    uint32_t sa[8][4];
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+    float X[32];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma::mma_m64n64k16<0>(
+          X, sa[ks], tile_desc(k_major, &st, st.k, (ks >> 2) * kBoxBytes + (ks & 3) * 32), ks > 0);
+    wgmma::commit();
+    if (use >= 2) named_sync(kBarRead + p, 256);  // chunk use - 2's tiles are read
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) store_a(smem_addr(s.st16[p]), sa[ks], ks, warp, lane);
+    fence_proxy_async();
+    named_arrive(kBarStIn + p, 256);
+    wgmma::wait<0>();
+    wgmma::fence_operand(X);
+
+    // P^T = V^T - X Diag(kg), then Delta^T = P^T T^T.
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t vt[4];
+      ldsm_x4_trans(vt, smem_addr(st.v) + vt_off + ks * 16 * kRowBytes);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // vt[i]: rows row0 + 8 (i % 2), tokens 16 ks + 8 (i / 2)
+        const int j = 2 * ks + (i >> 1), e = (i & 1) * 2;
+        const float2 f =
+            kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kg + 8 * j + 2 * c);
+        const __nv_bfloat162 v2 = *reinterpret_cast<const __nv_bfloat162*>(&vt[i]);
+        pa[ks][(i >> 1) * 2 + (i & 1)] = pack_bf16(__low2float(v2) - X[4 * j + e] * f.x,
+                                                   __high2float(v2) - X[4 * j + e + 1] * f.y);
+      }
+    }
+    float D[32];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, ks * 32), ks > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(D);
+
+    // S^T = exp(G_n) S^T + Delta^T Diag(kd) K; Delta^T to the output warpgroup meanwhile.
+    uint32_t da[4][4], dd[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      acc_to_a(da[ks], D, ks, nullptr, c);
+      if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
+    }
+    if constexpr (!kKda) {
+      const float decay = __expf(st.vec[3 * kC + n - 1]);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) S[i] *= decay;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float2 d = *reinterpret_cast<const float2*>(st.vec + 8 * j + 2 * c);
+        S[4 * j] *= d.x, S[4 * j + 1] *= d.y, S[4 * j + 2] *= d.x, S[4 * j + 3] *= d.y;
+      }
+    }
+    const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n128k16<1>(S, kKda ? da[ks] : dd[ks],
+                               tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes),
+                               true);
+    wgmma::commit();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) store_a(smem_addr(s.d16[p]), da[ks], ks, warp, lane);
+    fence_proxy_async();
+    named_arrive(kBarDeltaIn + p, 256);
+    wgmma::wait<0>();
+    wgmma::fence_operand(S);
+    if (threadIdx.x == 0) mbar_arrive(&s.empty[p]);  // the stage is read
+    if (n == kC) {
+      if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
+        float* dst = a.chunk_states + (boundary * a.HV + hv) * state_floats;
+#pragma unroll
+        for (int i = 0; i < 64; i += 2)
+          *reinterpret_cast<float2*>(dst + state_off(i)) = make_float2(S[i], S[i + 1]);
+      }
+      ++boundary;
+    }
+  }
+
+  const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
+  if (final_slot < 0) return;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    if (a.pool_bf16)
+      static_cast<bf16*>(a.pool)[state_at(final_slot, i)] = __float2bfloat16_rn(S[i]);
+    else
+      static_cast<float*>(a.pool)[state_at(final_slot, i)] = S[i];
+  }
 }
 
 /// The state kernel's tensor maps (MmaArgs::map_*) for value tiles of VT columns. The rows the
-/// body reads as they are passed bf16_rows (16-byte aligned, strides multiples of 16 bytes and
-/// growing outward), as TMA wants.
+/// body reads as they are passed chunk_bf16_rows (16-byte aligned, strides multiples of 16 bytes
+/// and growing outward), as TMA wants.
 void encode_state_maps(MmaArgs& a, bool kda, int VT) {
   const uint64_t chunk_rows = uint64_t(a.max_chunks) * uint64_t(a.HV) * kC;
   HYLA_CHECK(chunk_rows < (uint64_t(1) << 31), "chunk workspace of ", chunk_rows,
@@ -460,6 +752,9 @@ void encode_state_maps(MmaArgs& a, bool kda, int VT) {
     a.map_q = token_major(a.q16, kD, uint64_t(a.H), a.q16_st, a.q16_sh, 64);
   }
   a.map_v = token_major(a.v16, uint64_t(a.d_v), uint64_t(a.HV), a.v16_st, a.v16_sh, uint32_t(VT));
+  if (a.o_tma && VT == 64)
+    a.map_o = token_major(static_cast<const bf16*>(a.o), uint64_t(a.d_v), uint64_t(a.HV), a.o_st,
+                          a.o_sh, 64);
 }
 
 template <int VT, bool kKda>
@@ -471,15 +766,23 @@ void launch_kernel(MmaArgs& a, cudaStream_t s) {
   HYLA_CUDA_CHECK_LAUNCH();
 }
 
+template <bool kKda>
+void launch_wgmma(MmaArgs& a, cudaStream_t s) {
+  if (a.T > 0) encode_state_maps(a, kKda, kWgVT);
+  allow_dynamic_smem(wgmma_state_kernel<kKda>, kWgStateSmemBytes<kKda>);
+  wgmma_state_kernel<kKda><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / kWgVT)),
+                             kWgThreads, kWgStateSmemBytes<kKda>, s>>>(a);
+  HYLA_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void launch_state(MmaArgs& a, cudaStream_t s) {
-  // 64 value rows a block (16 warps) when that still gives every SM two blocks, else 32 (8 warps).
-  const bool wide = a.d_v % 64 == 0 && int64_t(a.B) * a.HV * (a.d_v / 64) >= 2 * sm_count();
-  if (a.per_channel)
-    wide ? launch_kernel<64, true>(a, s) : launch_kernel<32, true>(a, s);
-  else
-    wide ? launch_kernel<64, false>(a, s) : launch_kernel<32, false>(a, s);
+  if (a.d_v % kWgVT == 0) {
+    a.per_channel ? launch_wgmma<true>(a, s) : launch_wgmma<false>(a, s);
+  } else {  // d_v an odd multiple of 32
+    a.per_channel ? launch_kernel<32, true>(a, s) : launch_kernel<32, false>(a, s);
+  }
 }
 
 }  // namespace hyla::kernels::cuda::chunk_mma
