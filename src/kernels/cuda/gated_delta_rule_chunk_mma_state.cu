@@ -436,8 +436,8 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
 // arrival from each warpgroup before the TMA warp refills it.
 constexpr int kWgVT = 64;
 constexpr int kWgThreads = 288;
-constexpr int kBarStIn = 1, kBarDeltaIn = 3, kBarRead = 5, kBarOut = 7;  // + parity; kBarOut:
-                                                                         // the output warpgroup
+// Named barrier ids: the hand-overs (+ buffer parity), and the output warpgroup's own.
+constexpr int kBarStIn = 1, kBarDeltaIn = 3, kBarRead = 5, kBarOut = 7;
 template <bool kKda>
 struct alignas(1024) WgStateSmem {
   StateStage<kWgVT, kKda> stage[2];
