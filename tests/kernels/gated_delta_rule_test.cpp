@@ -1318,6 +1318,15 @@ TEST(GatedDeltaRuleTest, ChunkTakesBf16RowsAsTheyAreOnlyWhenTmaCanAddressThem) {
   EXPECT_FALSE(kernels::chunk_workspace_shape(kda).qk_bf16_rows) << "f32 q / k are converted";
   kda.v = v_odd.v;
   EXPECT_TRUE(copies(kda));
+  // o follows the same rule: bf16 rows TMA can address leave by tensor-map stores.
+  std::vector<uint16_t> o(T * HV * dv + 8);
+  EXPECT_TRUE(kernels::chunk_bf16_rows(view(o.data(), DType::kBF16, 0, HV, dv, HV * dv, dv)));
+  EXPECT_FALSE(kernels::chunk_bf16_rows(view(o.data(), DType::kBF16, 4, HV, dv, HV * dv, dv)))
+      << "rows 8 bytes off 16";
+  EXPECT_FALSE(kernels::chunk_bf16_rows(view(f32.data(), DType::kF32, 0, HV, dv, HV * dv, dv)))
+      << "f32 rows";
+  EXPECT_FALSE(kernels::chunk_bf16_rows(view(o.data(), DType::kBF16, 0, HV, dv, dv, T * dv)))
+      << "heads outside tokens";
 }
 
 // The CUDA chunk workspace (kernels/cuda/gated_delta_rule_chunk.cu and, for the tensor-core body,
