@@ -175,6 +175,7 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 
 template <int VT, bool kKda>
 __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_constant__ MmaArgs a) {
+  static_assert(VT == 32, "d_v a multiple of 64 takes wgmma_state_kernel");
   constexpr int kRowBlocks = VT / 16;
   const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -212,8 +213,7 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
   uint32_t vt_off;
   {
     const int vrow = tok0 + 8 * (lane >> 4) + lane7, vpiece = 2 * rb + ((lane >> 3) & 1);
-    vt_off = VT == 64 ? vrow * kRowBytes + ((vpiece ^ lane7) << 4)
-                      : vrow * 64 + (((vpiece & 3) ^ ((lane >> 1) & 3)) << 4);
+    vt_off = vrow * 64 + (((vpiece & 3) ^ ((lane >> 1) & 3)) << 4);  // 64-byte rows, swizzle
   }
   const int64_t state_floats = int64_t(a.d_v) * kD;
   float S[4][4];
@@ -503,12 +503,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     return;
   }
-  // The stage tiles' descriptors: one from the stage's address, the tiles at constant offsets
-  // (the start address is the descriptor's low bits, in 16-byte units).
-  const auto tile_desc = [](uint64_t base, const void* stage, const void* tile, uint32_t bytes) {
-    return base +
-           ((uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage)) + bytes) >>
-            4);
+  // A stage tile's descriptor: the stage's, advanced by the tile's (constant) offset and `bytes`.
+  const auto tile_desc = [](uint64_t stage_desc, const void* stage, const void* tile,
+                            uint32_t bytes) {
+    const auto offset = uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage));
+    return wgmma::desc_advance(stage_desc, offset + bytes);
   };
 
   if (warp >= 4) {  // the output warpgroup
@@ -525,9 +524,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks)
-        wgmma::mma_m64n64k16_ss(
-            O, st_k + (((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4),
-            tile_desc(stage_k, &st, st.q, (ks >> 2) * kBoxBytes + (ks & 3) * 32), ks > 0);
+        wgmma::mma_m64n64k16_ss(O, wgmma::desc_advance(st_k, wgmma::k_step_bytes(ks)),
+                                tile_desc(stage_k, &st, st.q, wgmma::k_step_bytes(ks)), ks > 0);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operand(O);
@@ -543,8 +541,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
-        wgmma::mma_m64n64k16_ss(O, d_k + ((ks * 32) >> 4), tile_desc(stage_k, &st, st.aqk, ks * 32),
-                                true);
+        wgmma::mma_m64n64k16_ss(O, wgmma::desc_advance(d_k, wgmma::k_step_bytes(ks)),
+                                tile_desc(stage_k, &st, st.aqk, wgmma::k_step_bytes(ks)), true);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operand(O);
@@ -629,8 +627,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
-      wgmma::mma_m64n64k16<0>(
-          X, sa[ks], tile_desc(k_major, &st, st.k, (ks >> 2) * kBoxBytes + (ks & 3) * 32), ks > 0);
+      wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
+                              ks > 0);
     wgmma::commit();
     if (use >= 2) named_sync(kBarRead + p, 256);  // chunk use - 2's tiles are read
 #pragma unroll
@@ -660,7 +658,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, ks * 32), ks > 0);
+      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
+                              ks > 0);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(D);
@@ -720,9 +719,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
 }
 
-/// The state kernel's tensor maps (MmaArgs::map_*) for value tiles of VT columns. The rows the
-/// body reads as they are passed chunk_bf16_rows (16-byte aligned, strides multiples of 16 bytes
-/// and growing outward), as TMA wants.
+/// The state kernels' tensor maps (MmaArgs::map_*) for value tiles of VT columns; o's (whole
+/// chunks written by the wgmma kernel) when a.o_tma. The rows read or written as they are passed
+/// chunk_bf16_rows (16-byte aligned, strides multiples of 16 bytes, heads inside tokens), as TMA
+/// wants.
 void encode_state_maps(MmaArgs& a, bool kda, int VT) {
   const uint64_t chunk_rows = uint64_t(a.max_chunks) * uint64_t(a.HV) * kC;
   HYLA_CHECK(chunk_rows < (uint64_t(1) << 31), "chunk workspace of ", chunk_rows,
@@ -752,7 +752,7 @@ void encode_state_maps(MmaArgs& a, bool kda, int VT) {
     a.map_q = token_major(a.q16, kD, uint64_t(a.H), a.q16_st, a.q16_sh, 64);
   }
   a.map_v = token_major(a.v16, uint64_t(a.d_v), uint64_t(a.HV), a.v16_st, a.v16_sh, uint32_t(VT));
-  if (a.o_tma && VT == 64)
+  if (a.o_tma && VT == kWgVT)
     a.map_o = token_major(static_cast<const bf16*>(a.o), uint64_t(a.d_v), uint64_t(a.HV), a.o_st,
                           a.o_sh, 64);
 }

@@ -162,12 +162,12 @@ __global__ void __launch_bounds__(32 * kBulkWarps)
     if (lane < kRowsPerWarp)
       store_any(p.o, p.o_bf16, int64_t(b) * p.HV * kDk + head_rows + r0 + lane, mine);
     // The chunk's shared-memory writes must be visible to the bulk store (async proxy).
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    fence_proxy_async();
     __syncthreads();
     if (tid == 0) {
       bulk_store(g_out + int64_t(c) * kStageElems, stage, kStageBytes);
       if (c + kBulkStages < chunks) {
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // stage read out
+        bulk_wait_read<0>();  // stage read out
         mbar_expect_tx(&s_full[st], kStageBytes);
         bulk_load(stage, g_state + int64_t(c + kBulkStages) * kStageElems, kStageBytes,
                   &s_full[st]);

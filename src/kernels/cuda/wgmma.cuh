@@ -34,6 +34,16 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t smem_byte_addr, uint3
   return desc_sw128(smem_byte_addr, lbo, 1024);
 }
 
+/// desc with its start address `bytes` further on (a multiple of 16; the start is the low bits).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+/// The byte offset of 16-deep step ks in a K-major tile of two boxes of 64 rows x 64 k (8 KB each:
+/// k 0-63, 64-127).
+__device__ __forceinline__ uint32_t k_step_bytes(int ks) {
+  return (ks >> 2) * 8192 + (ks & 3) * 32;
+}
+
 /// Before the first wgmma that reads registers (accumulators, A) written by other instructions.
 __device__ __forceinline__ void fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
