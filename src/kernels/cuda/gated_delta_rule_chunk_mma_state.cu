@@ -436,8 +436,8 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
 // arrival from each warpgroup before the TMA warp refills it.
 constexpr int kWgVT = 64;
 constexpr int kWgThreads = 288;
-// Named barrier ids: the hand-overs (+ buffer parity), and the output warpgroup's own.
-constexpr int kBarStIn = 1, kBarDeltaIn = 3, kBarRead = 5, kBarOut = 7;
+// Named barrier ids: the hand-overs (+ buffer parity), and each warpgroup's own.
+constexpr int kBarStIn = 1, kBarDeltaIn = 3, kBarRead = 5, kBarOut = 7, kBarState = 8;
 template <bool kKda>
 struct alignas(1024) WgStateSmem {
   StateStage<kWgVT, kKda> stage[2];
@@ -613,6 +613,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (n < kC) {
       zero_tail<VT, kKda, 128>(st, n, threadIdx.x);
       fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
+      // Each warp's share of a product reads every row of B: all four warps' zeros first.
+      named_sync(kBarState, 128);
     }
     const float* kg = kKda ? nullptr : st.vec;  // GDN's per-token factors
     const float* kd = kKda ? nullptr : st.vec + 2 * kC;
