@@ -512,8 +512,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   if (warp >= 4) {  // the output warpgroup
     const int tid = threadIdx.x - 128, ow = warp - 4;
-    for (int use = 0; use < chunks; ++use) {
-      const int t0 = chunk_t0(use), n = min(kC, end - t0), p = use & 1;
+    // The stage parity p as a template argument: every descriptor is a constant offset from
+    // the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
+    const auto output_chunk = [&]<int p>(int use) {
+      const int t0 = chunk_t0(use), n = min(kC, end - t0);
       StateStage<VT, kKda>& st = s.stage[p];
       mbar_wait(&s.full[p], (use >> 1) & 1);
       const uint64_t stage_k = wgmma::desc_k_major(smem_addr(&st));
@@ -578,6 +580,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         named_sync(kBarOut, 128);
         store_o<VT, 128>(a, s.o, t0, n, hv, v0, tid);
       }
+    };
+    for (int use = 0; use < chunks; use += 2) {
+      output_chunk.template operator()<0>(use);
+      if (use + 1 < chunks) output_chunk.template operator()<1>(use + 1);
     }
     if (tid == 0) bulk_wait_read<0>();  // before the block's memory goes
     return;
@@ -606,8 +612,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                          : static_cast<const float*>(a.pool)[state_at(initial, i)];
   }
   int64_t boundary = a.boundary_first[b];
-  for (int use = 0; use < chunks; ++use) {
-    const int n = min(kC, end - chunk_t0(use)), p = use & 1;
+  // The stage parity p as a template argument: every descriptor is a constant offset from
+  // the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
+  const auto state_chunk = [&]<int p>(int use) {
+    const int n = min(kC, end - chunk_t0(use));
     StateStage<VT, kKda>& st = s.stage[p];
     mbar_wait(&s.full[p], (use >> 1) & 1);
     if (n < kC) {
@@ -617,7 +625,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       named_sync(kBarState, 128);
     }
     const float* kg = kKda ? nullptr : st.vec;  // GDN's per-token factors
-    const float* kd = kKda ? nullptr : st.vec + 2 * kC;
+    [[maybe_unused]] const float* kd = kKda ? nullptr : st.vec + 2 * kC;
     const uint32_t stage_addr = smem_addr(&st);
     const uint64_t k_major = wgmma::desc_k_major(stage_addr);
 
@@ -708,6 +716,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       }
       ++boundary;
     }
+  };
+  for (int use = 0; use < chunks; use += 2) {
+    state_chunk.template operator()<0>(use);
+    if (use + 1 < chunks) state_chunk.template operator()<1>(use + 1);
   }
 
   const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
