@@ -110,7 +110,8 @@ RunResult run_cli(const std::vector<std::string>& args, const std::string& input
 
 std::string show(const std::vector<std::string>& args) {
   std::string s = "hyla";
-  for (const std::string& a : args) s += " '" + (a.size() > 60 ? a.substr(0, 60) + "..." : a) + "'";
+  for (const std::string& a : args)
+    s += str_cat(" '", a.size() > 60 ? str_cat(a.substr(0, 60), "...") : a, "'");
   return s;
 }
 

@@ -18,7 +18,7 @@ inline std::string test_data_dir() { return HYLA_TEST_DATA_DIR; }
 /// The golden root: $HYLA_GOLDEN_DIR if set, else tests/data/golden.
 inline std::string golden_dir() {
   const char* env = std::getenv("HYLA_GOLDEN_DIR");
-  return env != nullptr && *env != '\0' ? std::string(env) : test_data_dir() + "/golden";
+  return env != nullptr && *env != '\0' ? std::string(env) : str_cat(test_data_dir(), "/golden");
 }
 
 /// A fresh directory under the system temp directory, removed with everything in it.

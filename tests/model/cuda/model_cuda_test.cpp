@@ -258,8 +258,8 @@ TEST_P(ModelCudaTest, GreedyTokensMatchCpu) {
 
 std::vector<std::string> model_dirs() {
   std::vector<std::string> dirs = testing::golden_arch_dirs(golden_dir());
-  const std::string demo = std::string(HYLA_MODELS_DIR) + "/hyla-demo";
-  if (fs::exists(demo + "/model.safetensors")) dirs.push_back(demo);
+  const std::string demo = str_cat(HYLA_MODELS_DIR, "/hyla-demo");
+  if (fs::exists(str_cat(demo, "/model.safetensors"))) dirs.push_back(demo);
   return dirs;
 }
 

@@ -39,7 +39,7 @@ TEST(MtpCudaTest, MatchesCpu) {
     ASSERT_TRUE(gpu.has_mtp());
     const ModelConfig& c = cpu.config();
     const double spread =
-        testing::reference_logits_spread(testing::test_data_dir() + "/golden/" + arch);
+        testing::reference_logits_spread(str_cat(testing::test_data_dir(), "/golden/", arch));
     const testing::Tolerance tolerance{
         .atol = kCudaVsCpuSpreads * spread,
         .rtol = 0,
