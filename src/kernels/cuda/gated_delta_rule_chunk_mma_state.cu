@@ -472,6 +472,17 @@ __device__ __forceinline__ void store_a(uint32_t tile, const uint32_t (&af)[4], 
   stsm_x4(tile + (ks >> 2) * kBoxBytes + row * kRowBytes + ((piece ^ (lane & 7)) << 4), af);
 }
 
+/// step.template operator()<use % 2>(use) for use = 0 .. chunks - 1: the stage parity as a
+/// template argument, so that every descriptor and barrier id of a step is a constant offset from
+/// the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
+template <class Step>
+__device__ __forceinline__ void for_each_chunk(int chunks, const Step& step) {
+  for (int use = 0; use < chunks; use += 2) {
+    step.template operator()<0>(use);
+    if (use + 1 < chunks) step.template operator()<1>(use + 1);
+  }
+}
+
 template <bool kKda>
 __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma_state_kernel(const __grid_constant__ MmaArgs a) {
@@ -512,8 +523,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   if (warp >= 4) {  // the output warpgroup
     const int tid = threadIdx.x - 128, ow = warp - 4;
-    // The stage parity p as a template argument: every descriptor is a constant offset from
-    // the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
     const auto output_chunk = [&]<int p>(int use) {
       const int t0 = chunk_t0(use), n = min(kC, end - t0);
       StateStage<VT, kKda>& st = s.stage[p];
@@ -581,10 +590,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         store_o<VT, 128>(a, s.o, t0, n, hv, v0, tid);
       }
     };
-    for (int use = 0; use < chunks; use += 2) {
-      output_chunk.template operator()<0>(use);
-      if (use + 1 < chunks) output_chunk.template operator()<1>(use + 1);
-    }
+    for_each_chunk(chunks, output_chunk);
     if (tid == 0) bulk_wait_read<0>();  // before the block's memory goes
     return;
   }
@@ -612,8 +618,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                          : static_cast<const float*>(a.pool)[state_at(initial, i)];
   }
   int64_t boundary = a.boundary_first[b];
-  // The stage parity p as a template argument: every descriptor is a constant offset from
-  // the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
   const auto state_chunk = [&]<int p>(int use) {
     const int n = min(kC, end - chunk_t0(use));
     StateStage<VT, kKda>& st = s.stage[p];
@@ -717,10 +721,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       ++boundary;
     }
   };
-  for (int use = 0; use < chunks; use += 2) {
-    state_chunk.template operator()<0>(use);
-    if (use + 1 < chunks) state_chunk.template operator()<1>(use + 1);
-  }
+  for_each_chunk(chunks, state_chunk);
 
   const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
   if (final_slot < 0) return;
