@@ -176,6 +176,7 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
     l.tc_kg = take(kda * chunk_heads * C * s.d_k / 2);
     l.tc_qg = take(kda * chunk_heads * C * s.d_k / 2);
     l.tc_kd = take(kda * chunk_heads * C * s.d_k / 2);
+    l.tc_ready = take(chunk_heads);
     const int64_t copies = s.bf16_copies ? 1 : 0;
     l.tc_q = take(copies * (1 - kda) * s.T * s.H * s.d_k / 2);
     l.tc_k = take(copies * (1 - kda) * s.T * s.H * s.d_k / 2);

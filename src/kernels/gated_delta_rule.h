@@ -144,6 +144,9 @@ struct ChunkWorkspaceLayout {
   /// KDA: [max_chunks, HV, 64, d_k] bf16 each (zeros past n): K exp(G) / |k|, scale Q exp(G) / |q|
   /// and K exp(G_{n-1} - G) / |k|, per channel; empty for GDN.
   int64_t tc_kg, tc_qg, tc_kd;
+  /// [max_chunks, HV] u32: chunk c of value head hv is prepared (nonzero), when the state kernel
+  /// runs beside the prepare kernel (cuda/gated_delta_rule_chunk_mma.cu: side by side).
+  int64_t tc_ready;
   int64_t tc_q;   ///< GDN with bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k)
   int64_t tc_k;   ///< [T, H, d_k] bf16
   int64_t tc_v;   ///< bf16_copies: [T, HV, d_v] bf16 copy of v, else empty

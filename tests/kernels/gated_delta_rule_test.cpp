@@ -1378,6 +1378,7 @@ TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
                                        {l.tc_kg, tile},
                                        {l.tc_qg, tile},
                                        {l.tc_kd, tile},
+                                       {l.tc_ready, l.max_chunks * shape.HV},
                                        {l.tc_q, copies * (1 - kda) * T * shape.H * d_k / 2},
                                        {l.tc_k, copies * (1 - kda) * T * shape.H * d_k / 2},
                                        {l.tc_v, copies * (T * shape.HV * shape.d_v + 1) / 2}});

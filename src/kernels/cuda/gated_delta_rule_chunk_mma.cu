@@ -23,13 +23,13 @@
 // Three launches on the caller's stream; scratch in the caller's workspace (ChunkWorkspaceLayout
 // tc_*, chunk-major and padded to 64 tokens):
 //   plan     <<<1, 1>>>                    chunk numbering (gated_delta_rule_chunk_plan.cuh)
-//   prepare  <<<(HV, chunks), 128>>>       (gated_delta_rule_chunk_mma_prepare.cu) a chunk of one
-//                                          value head at a time (the value heads of a key head run
-//                                          side by side and share its rows in L2): the norms,
-//                                          K K^T and Q K^T on tensor cores, G, T (blockwise inverse
-//                                          of the 64x64 unit triangle), A_qk and the per-token
-//                                          factors kg, qg, kd; bf16 copies of q, k, v when the
-//                                          inputs are not bf16 rows
+//   prepare  <<<chunks x HV, 128>>>        (gated_delta_rule_chunk_mma_prepare.cu) a chunk of one
+//                                          value head at a time, chunk-major (the value heads of a
+//                                          key head run together and share its rows in L2): the
+//                                          norms, K K^T and Q K^T on tensor cores, G, T (blockwise
+//                                          inverse of the 64x64 unit triangle), A_qk and the
+//                                          per-token factors kg, qg, kd; bf16 copies of q, k, v
+//                                          when the inputs are not bf16 rows
 //   state    <<<(B, HV, d_v / 64), 288>>> (gated_delta_rule_chunk_mma_state.cu) the chunks of one
 //                                          sequence in order for 64 value rows of one value head:
 //                                          a state warpgroup with S^T in its wgmma accumulators, an
@@ -38,9 +38,15 @@
 //                                          the next chunk's tiles while these compute; o leaves by
 //                                          tensor map. d_v an odd multiple of 32: the mma.sync
 //                                          kernel, 8 warps per 32 value rows.
+// When the state kernel's blocks leave enough SMs idle (a few long sequences), the two run side by
+// side: the prepare kernel as one block of several 128-thread teams on each SM the state
+// blocks leave, flagging each (chunk, value head) ready; the state kernel as its programmatic
+// dependent, its TMA warp waiting for a chunk's flag before loading the chunk.
 //
 // This file: the entry (the call's arguments and workspace regions, MmaArgs); what both kernels
 // share is in gated_delta_rule_chunk_mma.cuh.
+#include <algorithm>
+
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
 
 namespace hyla::kernels::cuda {
@@ -92,8 +98,34 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   }
 
   const cudaStream_t s = to_cuda(stream);
+  // Side by side when the state kernel's blocks (one per SM) leave enough SMs idle (a few long
+  // sequences): the prepare kernel first, as one block of `teams` teams on each SM the state
+  // blocks leave, marking items ready in chunk-major order; the state kernel as its programmatic
+  // dependent, each chunk's loads waiting for its flags. Neither can hold the other up: the
+  // prepare blocks wait for nothing and are all resident before the state kernel starts.
+  int device = 0, sms = 0, smem_per_block = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&device));
+  HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HYLA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int64_t blocks = state_blocks(a);
+  const int teams = prepare_teams(kda, size_t(smem_per_block));
+  // In units of the state kernel's time: one after the other 1 + r, side by side about
+  // max(1, r sms / (sms - blocks)), r the prepare kernel's time over the state kernel's on the
+  // whole GPU (H200, T 65536, 2026-12-03: GDN 0.58, KDA 1.2). Side by side only when that
+  // promises a tenth or more (the state kernel's chunks wait on flags: GDN's slowed ~1.3x).
+  const double r = kda ? 1.2 : 0.58;
+  const bool side_by_side = a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 &&
+                            teams >= 2 && blocks < sms &&
+                            std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);
+  if (side_by_side) {
+    a.ready = reinterpret_cast<uint32_t*>(ws + layout.tc_ready);
+    HYLA_CUDA_CHECK(
+        cudaMemsetAsync(a.ready, 0, size_t(a.max_chunks) * size_t(a.HV) * sizeof(uint32_t), s));
+  }
   launch_chunk_plan(a, s);
-  if (a.max_chunks > 0 && a.H > 0) launch_prepare(a, s);
+  if (a.max_chunks > 0 && a.H > 0)
+    launch_prepare(a, side_by_side ? teams : 1, side_by_side ? sms - blocks : 0, s);
   if (a.B > 0) launch_state(a, s);
   return ok_status();
 }

@@ -46,10 +46,33 @@ struct MmaArgs : ChunkCall {
   const bf16* v16;
   int64_t q16_st, q16_sh, k16_st, k16_sh, v16_st, v16_sh;
   bool copies;  // the prepare kernel writes q16 / k16 / v16 (KDA: v16 only)
+  // Side by side (gated_delta_rule_chunk_mma.cu): [max_chunks, HV] flags, item (chunk, hv)
+  // prepared; the state kernel runs as the prepare kernel's dependent and waits for its chunks.
+  // Null: the state kernel runs after the prepare kernel.
+  uint32_t* ready;
   // The state kernel's tiles (encode_state_maps): k / q rows (GDN, [T, H, 128]) or Kg / Qg / Kd
   // (KDA, chunk-major), v rows, T and A_qk (chunk-major); 128-byte swizzle, 64-row boxes.
   CUtensorMap map_k, map_q, map_kd, map_v, map_t, map_aqk, map_o;
 };
+
+// ---- barriers and flags ----
+/// Named barrier `id` of `threads` threads: arrive (no wait) / wait for the others.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/// A flag in global memory another block reads (release: this thread's earlier writes, and those
+/// it has seen, first).
+__device__ __forceinline__ void store_release(uint32_t* flag, uint32_t value) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
+  uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
 
 // ---- mma.sync / ldmatrix ----
 
@@ -111,10 +134,17 @@ __device__ __forceinline__ void load_a(uint32_t (&af)[4], const bf16* a, int lda
   ldsm_x4(af, a + a_row(lane) * lda + a_col(lane));
 }
 
-/// The prepare kernel over every chunk and value head (gated_delta_rule_chunk_mma_prepare.cu).
-void launch_prepare(const MmaArgs& a, cudaStream_t s);
+/// The prepare kernel over every chunk and value head (gated_delta_rule_chunk_mma_prepare.cu):
+/// `blocks` blocks of `teams` teams (blocks <= 0: a team a block, one item each).
+void launch_prepare(const MmaArgs& a, int teams, int64_t blocks, cudaStream_t s);
+/// The prepare kernel's teams a block of at most smem_per_block bytes of shared memory holds.
+int prepare_teams(bool kda, size_t smem_per_block);
 /// The state kernel over every sequence, value head and block of value rows, after encoding a's
-/// tensor maps (gated_delta_rule_chunk_mma_state.cu).
+/// tensor maps (gated_delta_rule_chunk_mma_state.cu); with a.ready, as the prepare kernel's
+/// programmatic dependent (d_v a multiple of 64 only).
 void launch_state(MmaArgs& a, cudaStream_t s);
+/// Blocks of the state kernel for a call (a value head's d_v / 64 or d_v / 32 row blocks per
+/// sequence).
+int64_t state_blocks(const MmaArgs& a);
 
 }  // namespace hyla::kernels::cuda::chunk_mma

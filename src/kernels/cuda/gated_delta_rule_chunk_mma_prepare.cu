@@ -120,15 +120,26 @@ struct PrepareSmem {
                                    // G_{n-1}
 };
 static_assert(2 * kC * kLdF * sizeof(float) <= 2 * kC * kLdQK * sizeof(bf16));
+/// A block is one to kMaxTeams teams of kTeamThreads threads, each working on its own item with
+/// its own PrepareSmem (as many teams as the registers of one SM allow at the kernel's limit:
+/// GDN 5 x 128 threads of <= 102 registers, KDA 3 x 128 of <= 170).
+constexpr int kTeamThreads = 128;
+template <bool kKda>
+constexpr int kMaxTeams = kKda ? 3 : 5;
+/// The calling thread's team's barrier (named barrier 1 + team, its kTeamThreads threads; the id
+/// recomputed from threadIdx, which is cheaper than a register held through the kernel).
+__device__ __forceinline__ void team_sync() {
+  named_sync(1 + threadIdx.x / kTeamThreads, kTeamThreads);
+}
 
 /// KDA: the state kernel's tiles Kg = K exp(G) / |k|, Qg = scale Q exp(G) / |q| and
 /// Kd = K exp(G_{n-1} - G) / |k| (zeros past n, since the q and k rows are), and the per-channel
 /// decay exp(G_{n-1}[c]).
 __device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<true>& s,
-                                          int64_t chunk_head) {
+                                          int64_t chunk_head, int tid) {
   const float* g_last = s.Gc + (kC - 1) * kLdG;
   const int64_t tile = chunk_head * kC * kD;
-  for (int e = threadIdx.x; e < kC * kD / 8; e += blockDim.x) {
+  for (int e = tid; e < kC * kD / 8; e += kTeamThreads) {
     const int t = e / (kD / 8), c0 = e % (kD / 8) * 8;
     float kx[8], qx[8], kg[8], qg[8], kd[8];
     unpack8_bf16(*reinterpret_cast<const uint4*>(s.k + t * kLdQK + c0), kx);
@@ -146,8 +157,7 @@ __device__ __forceinline__ void kda_tiles(const MmaArgs& a, const PrepareSmem<tr
     *reinterpret_cast<uint4*>(a.qg + at) = pack8_bf16(qg);
     *reinterpret_cast<uint4*>(a.kd + at) = pack8_bf16(kd);
   }
-  for (int c = threadIdx.x; c < kD; c += blockDim.x)
-    a.vec[chunk_head * 4 * kC + c] = exp2_ftz(g_last[c]);
+  for (int c = tid; c < kD; c += kTeamThreads) a.vec[chunk_head * 4 * kC + c] = exp2_ftz(g_last[c]);
 }
 
 /// KDA: sum_c k_t[c] k_j[c] exp(G_t[c] - G_j[c]) and the same with q_t (raw rows: the norms, scale
@@ -245,7 +255,9 @@ __device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s,
   *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
 }
 
-/// kAsync: MmaArgs::qk_async (a separate instantiation: the staged path's registers stay its own).
+/// Chunk `chunk` of value head hv by the calling thread's team (kTeamThreads threads of the block,
+/// its own shared memory s). kAsync: MmaArgs::qk_async (a separate instantiation: the staged path's
+/// registers stay its own).
 template <bool kKda, bool kAsync>
 __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda>& s, int hv,
                                               int chunk) {
@@ -256,7 +268,8 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
   const int t0 = begin + (chunk - a.chunk_first[b]) * kC;
   const int n = min(kC, end - t0);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x % kTeamThreads, lane = tid & 31, warp = tid >> 5;
+  const auto sync = [] { team_sync(); };
   float* A = reinterpret_cast<float*>(s.q);  // [64][kLdF] A_kk, strictly lower
   float* Tm = A + kC * kLdF;                 // [64][kLdF] (I + A_kk)^-1
   const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
@@ -270,13 +283,13 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     // The raw gate tile into Gc (zeros past n), in flight beside the q and k loads; scanned below.
     const float* g = a.g + int64_t(hv) * a.g_sh;
     if (a.g_vec) {
-      for (int e = tid; e < kC * kD / 4; e += blockDim.x) {
+      for (int e = tid; e < kC * kD / 4; e += kTeamThreads) {
         const int t = e / (kD / 4), c4 = e % (kD / 4) * 4;
         cp_async16(s.Gc + t * kLdG + c4, t < n ? g + int64_t(t0 + t) * a.g_st + c4 : g, t < n);
       }
       cp_async_commit();
     } else {
-      for (int e = tid; e < kC * kD; e += blockDim.x) {
+      for (int e = tid; e < kC * kD; e += kTeamThreads) {
         const int t = e / kD, c = e % kD;
         s.Gc[t * kLdG + c] = t < n ? g[int64_t(t0 + t) * a.g_st + c] : 0.0f;
       }
@@ -353,7 +366,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   if (a.copies) {  // this value head's v rows
     bf16* v16 = const_cast<bf16*>(a.v16);
     const int per_row = a.d_v / 8;
-    for (int i = tid; i < n * per_row; i += blockDim.x) {
+    for (int i = tid; i < n * per_row; i += kTeamThreads) {
       const int t = i / per_row, col = (i % per_row) * 8;
       float x[8];
       load8(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + col, x);
@@ -363,7 +376,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   }
   if constexpr (kKda || kAsync) {
     cp_async_wait<0>();
-    __syncthreads();
+    sync();
   }
   if constexpr (kAsync) {  // the norms from the tiles, a thread a row (q: threads 0-63, k: 64-127)
     const bool is_q = tid < kC;
@@ -388,13 +401,13 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       s.Gc[t * kLdG + tid] = run;
     }
   }
-  __syncthreads();
+  sync();
 
   // K K^T and Q K^T: a warp's 16 rows, all 64 columns, over 128 channels (KDA: the decays inside).
   const int m0 = warp * 16, g = lane >> 2, c = lane & 3;
   float kk[8][4] = {}, qk[8][4] = {};
   if constexpr (kKda) {
-    kda_tiles(a, s, chunk_head);
+    kda_tiles(a, s, chunk_head, tid);
     kda_products(s, warp, lane, kk, qk);
   } else {
     if (warp == 0) gdn_vec(a, s, n, lane, chunk_head);
@@ -414,7 +427,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       }
     }
   }
-  __syncthreads();  // G is scanned; the q and k tiles are dead (A and T alias them)
+  sync();  // G is scanned; the q and k tiles are dead (A and T alias them)
 
   // A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared memory;
   // A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16. KDA's
@@ -438,13 +451,13 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       *reinterpret_cast<uint32_t*>(aqk_out + t * kC + j) = pack_bf16(pair[0], pair[1]);
     }
   }
-  __syncthreads();
+  sync();
 
   // (I + A)^-1 by blocks: the four 16x16 diagonal blocks by forward substitution (a warp each, a
   // lane a column), in fp32; then T_10 = -T_11 A_10 T_00 for the 16-blocks (1, 0) and (3, 2), then
   // for the 32-block (1, 0), on tensor cores in tf32 (T is rounded to bf16 after). The blocks
   // above the diagonal that the products read are zeros.
-  for (int e = tid; e < 2 * 256; e += 128) {
+  for (int e = tid; e < 2 * 256; e += kTeamThreads) {
     const int o = (e >> 8) * 32, r = (e >> 4) & 15, col = e & 15;
     Tm[(o + r) * kLdF + o + 16 + col] = 0.0f;
   }
@@ -460,7 +473,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       Tm[(o + r) * kLdF + o + lane] = sum;
     }
   }
-  __syncthreads();
+  sync();
   {  // 16-blocks: warp w takes the pair (i, j) = (2p + 1, 2p), p = w / 2, columns 8 (w % 2) ..
     const int i0 = 32 * (warp >> 1) + 16, j0 = i0 - 16, n0 = j0 + 8 * (warp & 1);
     float* m = s.m + warp * 16 * 8;  // this warp's 16 x 8 M = A_10 T_00
@@ -472,7 +485,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     mma_tf32_tiles<2>(out, Tm + i0 * kLdF + i0, kLdF, m, 8, lane);
     store_tile_f32(Tm + i0 * kLdF + n0, kLdF, out, -1.0f, lane);
   }
-  __syncthreads();
+  sync();
   // The 32-block: warp w takes rows 32 + 16 (w / 2) .., columns 16 (w % 2) .. (two 8-column tiles).
   const int r2 = 32 + 16 * (warp >> 1), c2 = 16 * (warp & 1);
 #pragma unroll
@@ -481,18 +494,18 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     mma_tf32_tiles<4>(acc, A + r2 * kLdF, kLdF, Tm + c2 + 8 * nt, kLdF, lane);
     store_tile_f32(s.m + (r2 - 32) * 40 + c2 + 8 * nt, 40, acc, 1.0f, lane);
   }
-  __syncthreads();
+  sync();
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
     float out[4] = {};
     mma_tf32_tiles<4>(out, Tm + r2 * kLdF + 32, kLdF, s.m + c2 + 8 * nt, 40, lane);
     store_tile_f32(Tm + r2 * kLdF + c2 + 8 * nt, kLdF, out, -1.0f, lane);
   }
-  __syncthreads();
+  sync();
 
   // T Diag(beta) out as bf16, 8 columns a store; the blocks above the diagonal are zeros.
   bf16* t_out = a.tmat + chunk_head * kC * kC;
-  for (int e = tid; e < kC * kC / 8; e += 128) {
+  for (int e = tid; e < kC * kC / 8; e += kTeamThreads) {
     const int t = e >> 3, j = (e & 7) * 8;
     float x[8];
 #pragma unroll
@@ -502,34 +515,57 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   }
 }
 
-/// Chunks blockIdx.y, + gridDim.y, ... (the grid's y extent is capped at 65535) of value head
-/// blockIdx.x.
+/// Teams of kTeamThreads threads, each with its own PrepareSmem, take the items (chunk, value head)
+/// in chunk-major order, item = chunk HV + hv: team t of block b the items b teams + t, + the
+/// grid's teams, ... With a.ready (side by side with the state kernel) a team marks each item
+/// ready once its stores are out. The block lets the state kernel launch at once (it is launched
+/// as this kernel's programmatic dependent only side by side; elsewhere the trigger does nothing).
 template <bool kKda, bool kAsync>
-__global__ void __launch_bounds__(128, kKda ? 3 : 5)
+__global__ void __launch_bounds__(kTeamThreads* kMaxTeams<kKda>, 1)
     mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  PrepareSmem<kKda>& s = *reinterpret_cast<PrepareSmem<kKda>*>(smem_raw);
-  for (int chunk = blockIdx.y; chunk < a.max_chunks; chunk += gridDim.y) {
-    prepare_chunk<kKda, kAsync>(a, s, blockIdx.x, chunk);
-    __syncthreads();  // the next chunk rewrites the shared tiles
+  const int team = threadIdx.x / kTeamThreads, teams = blockDim.x / kTeamThreads;
+  PrepareSmem<kKda>& s = reinterpret_cast<PrepareSmem<kKda>*>(smem_raw)[team];
+  const int items = a.max_chunks * a.HV, stride = gridDim.x * teams;  // < 2^25 (launch_prepare)
+  for (int item = blockIdx.x * teams + team; item < items; item += stride) {
+    prepare_chunk<kKda, kAsync>(a, s, item % a.HV, item / a.HV);
+    team_sync();  // the item's stores are issued; the next item rewrites the shared tiles
+    if (a.ready != nullptr && threadIdx.x % kTeamThreads == 0) {
+      __threadfence();
+      store_release(a.ready + item, 1u);
+    }
   }
 }
 
 template <bool kKda, bool kAsync>
-void launch_kernel(const MmaArgs& a, cudaStream_t s) {
-  allow_dynamic_smem(mma_prepare_kernel<kKda, kAsync>, sizeof(PrepareSmem<kKda>));
-  mma_prepare_kernel<kKda, kAsync><<<dim3(unsigned(a.HV), unsigned(std::min(a.max_chunks, 65535))),
-                                     128, sizeof(PrepareSmem<kKda>), s>>>(a);
+void launch_kernel(const MmaArgs& a, int teams, int64_t blocks, cudaStream_t s) {
+  const size_t smem = size_t(teams) * sizeof(PrepareSmem<kKda>);
+  allow_dynamic_smem(mma_prepare_kernel<kKda, kAsync>, smem);
+  mma_prepare_kernel<kKda, kAsync><<<unsigned(blocks), kTeamThreads * teams, smem, s>>>(a);
   HYLA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_prepare(const MmaArgs& a, cudaStream_t s) {
+int prepare_teams(bool kda, size_t smem_per_block) {
+  const size_t team = kda ? sizeof(PrepareSmem<true>) : sizeof(PrepareSmem<false>);
+  return int(std::min<size_t>(kda ? kMaxTeams<true> : kMaxTeams<false>, smem_per_block / team));
+}
+
+void launch_prepare(const MmaArgs& a, int teams, int64_t blocks, cudaStream_t s) {
+  HYLA_CHECK(teams >= 1 && teams <= (a.per_channel ? kMaxTeams<true> : kMaxTeams<false>),
+             "prepare teams ", teams);
+  const int64_t items = int64_t(a.max_chunks) * a.HV;
+  HYLA_CHECK(items * kC < (int64_t(1) << 31), "chunk workspace of ", items * kC,
+             " rows: TMA coordinates are 32-bit");
+  if (blocks <= 0) blocks = items;  // a team a block, one item each
   if (a.per_channel)
-    a.qk_async ? launch_kernel<true, true>(a, s) : launch_kernel<true, false>(a, s);
+    a.qk_async ? launch_kernel<true, true>(a, teams, blocks, s)
+               : launch_kernel<true, false>(a, teams, blocks, s);
   else
-    a.qk_async ? launch_kernel<false, true>(a, s) : launch_kernel<false, false>(a, s);
+    a.qk_async ? launch_kernel<false, true>(a, teams, blocks, s)
+               : launch_kernel<false, false>(a, teams, blocks, s);
 }
 
 }  // namespace hyla::kernels::cuda::chunk_mma

@@ -2,6 +2,7 @@
 // the chunks of one sequence in order for a block of value rows of one value head, the state in
 // registers, each chunk's tiles brought by TMA while the previous one computes. d_v a multiple of
 // 64: wgmma_state_kernel (warpgroup roles); else mma_state_kernel (mma.sync, 32 value rows).
+#include "core/cuda_launch.h"
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -106,6 +107,17 @@ __device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t
   bulk_load(st.vec, a.vec + int64_t(row) * 4, 4 * kC * sizeof(float), full);
 }
 
+/// Side by side: waits until the prepare kernel has written chunk `chunk` of value head hv (and,
+/// when it writes GDN's q / k copies, of the key head's first value head, whose item writes them),
+/// then orders those writes before this thread's tensor-map loads (the async proxy).
+__device__ __forceinline__ void wait_prepared(const MmaArgs& a, int chunk, int hv, int kh) {
+  const uint32_t* flags = a.ready + int64_t(chunk) * a.HV;
+  while (load_acquire(flags + hv) == 0) __nanosleep(32);
+  if (!a.per_channel && a.copies)
+    while (load_acquire(flags + kh * a.group) == 0) __nanosleep(32);
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 /// Rows n .. 63 of a stage's v (and GDN's k, q) tiles to zeros: the boxes brought the next
 /// sequence's rows there (zeros only past T), which must not reach this one's products even as
 /// 0 x inf. KDA's tiles, T and A_qk are zeros past n already.
@@ -163,14 +175,6 @@ __device__ __forceinline__ void store_o(const MmaArgs& a, const float* tile, int
         static_cast<float*>(a.o)[at] = x;
     }
   }
-}
-
-/// Named barrier `id` of `threads` threads: arrive (no wait) / wait for the others.
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 template <int VT, bool kKda>
@@ -507,10 +511,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (lane == 0) {
       const int kh = hv / a.group;
       for (int use = 0; use < chunks; ++use) {
+        // The flags first: their latency passes while the warpgroups still read the stage.
+        if (a.ready != nullptr) wait_prepared(a, first + use, hv, kh);
         if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
         issue_stage<VT, kKda>(a, s.stage[use & 1], &s.full[use & 1], first + use, chunk_t0(use), kh,
                               hv, v0);
       }
+      // Side by side: the block ends after the prepare kernel, so the kernels after this one on
+      // the stream, which wait for this one, see everything the prepare kernel wrote.
+      if (a.ready != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
     }
     return;
   }
@@ -785,14 +794,22 @@ template <bool kKda>
 void launch_wgmma(MmaArgs& a, cudaStream_t s) {
   if (a.T > 0) encode_state_maps(a, kKda, kWgVT);
   allow_dynamic_smem(wgmma_state_kernel<kKda>, kWgStateSmemBytes<kKda>);
-  wgmma_state_kernel<kKda><<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / kWgVT)),
-                             kWgThreads, kWgStateSmemBytes<kKda>, s>>>(a);
-  HYLA_CUDA_CHECK_LAUNCH();
+  launch_kernel_ex<wgmma_state_kernel<kKda>>(
+      LaunchShape{.grid = dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / kWgVT)),
+                  .block = dim3(kWgThreads),
+                  .shared_bytes = kWgStateSmemBytes<kKda>,
+                  .dependent = a.ready != nullptr},
+      s, a);
 }
 
 }  // namespace
 
+int64_t state_blocks(const MmaArgs& a) {
+  return int64_t(a.B) * a.HV * (a.d_v % kWgVT == 0 ? a.d_v / kWgVT : a.d_v / 32);
+}
+
 void launch_state(MmaArgs& a, cudaStream_t s) {
+  HYLA_CHECK(a.ready == nullptr || a.d_v % kWgVT == 0, "side by side needs d_v % 64 == 0");
   if (a.d_v % kWgVT == 0) {
     a.per_channel ? launch_wgmma<true>(a, s) : launch_wgmma<false>(a, s);
   } else {  // d_v an odd multiple of 32

@@ -407,7 +407,9 @@ TEST(GatedDeltaRuleChunkCudaTest, MatchesCpuBody) {
 // tokens, varlen batches with initial states, GVA 1:1 and 2:1, bf16 rows read in place and f32 or
 // misaligned inputs read through bf16 copies, bf16 and f32 pools, boundary states, both value
 // tiles (32 rows; 64 rows once the grid gives every SM two blocks: 40 x 4 x 2 = 320 blocks); KDA
-// with the plain, the safe and a strong gate (both of its A paths).
+// with the plain, the safe and a strong gate (both of its A paths). The 64-row cases of a few
+// sequences run the two kernels side by side (state blocks <= half the SMs: GVA 2:1 with GDN's
+// q / k copies among them), the 40-sequence ones one after the other.
 TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
   HYLA_SKIP_WITHOUT_CUDA();
   std::vector<ChunkCase> cases;
@@ -426,6 +428,7 @@ TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
                    .d_v = 64,
                    .act = kBF16,
                    .strided = true});
+  cases.push_back({.seqlens = {200, 70}, .H = 1, .HV = 2, .d_k = 128, .d_v = 64});
   std::vector<int32_t> many;
   for (int i = 0; i < 40; ++i) many.push_back(1 + (i * 37) % 200);
   cases.push_back(
