@@ -23,13 +23,13 @@
 // Three launches on the caller's stream; scratch in the caller's workspace (ChunkWorkspaceLayout
 // tc_*, chunk-major and padded to 64 tokens):
 //   plan     <<<1, 1>>>                    chunk numbering (gated_delta_rule_chunk_plan.cuh)
-//   prepare  <<<chunks x HV, 128>>>        (gated_delta_rule_chunk_mma_prepare.cu) a chunk of one
-//                                          value head at a time, chunk-major (the value heads of a
-//                                          key head run together and share its rows in L2): the
-//                                          norms, K K^T and Q K^T on tensor cores, G, T (blockwise
-//                                          inverse of the 64x64 unit triangle), A_qk and the
-//                                          per-token factors kg, qg, kd; bf16 copies of q, k, v
-//                                          when the inputs are not bf16 rows
+//   prepare  <<<items, 128>>>              (gated_delta_rule_chunk_mma_prepare.cu) an item a team
+//                                          of 128 threads, chunk-major: a chunk of two value heads
+//                                          of one key head (GDN; KDA: one): the norms, K K^T and
+//                                          Q K^T on tensor cores once, then per value head G, T
+//                                          (blockwise inverse of the 64x64 unit triangle, in
+//                                          place), A_qk and the per-token factors kg, qg, kd; bf16
+//                                          copies of q, k, v when the inputs are not bf16 rows
 //   state    <<<(B, HV, d_v / 64), 288>>> (gated_delta_rule_chunk_mma_state.cu) the chunks of one
 //                                          sequence in order for 64 value rows of one value head:
 //                                          a state warpgroup with S^T in its wgmma accumulators, an
@@ -112,9 +112,9 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   const int teams = prepare_teams(kda, size_t(smem_per_block));
   // In units of the state kernel's time: one after the other 1 + r, side by side about
   // max(1, r sms / (sms - blocks)), r the prepare kernel's time over the state kernel's on the
-  // whole GPU (H200, T 65536, 2026-12-03: GDN 0.58, KDA 1.2). Side by side only when that
+  // whole GPU (H200, T 65536, 2026-12-03: GDN 0.46, KDA 1.2). Side by side only when that
   // promises a tenth or more (the state kernel's chunks wait on flags: GDN's slowed ~1.3x).
-  const double r = kda ? 1.2 : 0.58;
+  const double r = kda ? 1.2 : 0.46;
   const bool side_by_side = a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 &&
                             teams >= 2 && blocks < sms &&
                             std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);

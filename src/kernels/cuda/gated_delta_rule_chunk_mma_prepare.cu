@@ -110,12 +110,20 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+/// Value heads an item takes: GDN's value heads of one key head share the q and k rows, so an item
+/// is two of them (the norms and the products once; A, its inverse and the outputs per head);
+/// KDA's decays enter the products per value head, so an item is one.
+template <bool kKda>
+constexpr int kItemHeads = kKda ? 1 : 2;
+
 template <bool kKda>
 struct PrepareSmem {
   bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); A_kk and T (f32) alias q and k
   bf16 k[kC * kLdQK];
   float m[32 * 40];  // the inverse's block products (pitch 40: B fragments hit distinct banks)
-  float qinv[kC], kinv[kC], G[kC], beta[kC];  // G: GDN's scanned scalar gate
+  float qinv[kC], kinv[kC];
+  float G[kItemHeads<kKda>][kC], beta[kItemHeads<kKda>][kC];  // per value head; G: GDN's scanned
+                                                              // scalar gate
   float Gc[kKda ? kC * kLdG : 4];  // KDA: G log2(e) per channel, [64][kLdG]; rows past n repeat
                                    // G_{n-1}
 };
@@ -229,11 +237,13 @@ __device__ __forceinline__ void kda_products(const PrepareSmem<true>& s, int war
   }
 }
 
-/// GDN: the per-token factors out (warp 0; G scanned in place, two tokens a lane).
+/// GDN: the per-token factors of the item's value head h out (a warp; G[h] scanned in place, two
+/// tokens a lane).
 __device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s, int n, int lane,
-                                        int64_t chunk_head) {
+                                        int h, int64_t chunk_head) {
   const int t = 2 * lane;
-  const float g0 = s.G[t], g1 = s.G[t + 1];
+  float* G = s.G[h];
+  const float g0 = G[t], g1 = G[t + 1];
   float sum = g0 + g1;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -245,7 +255,7 @@ __device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s,
   const float L0 = __shfl_sync(0xffffffffu, G0, last >> 1);
   const float L1 = __shfl_sync(0xffffffffu, G1, last >> 1);
   const float Gn = (last & 1) ? L1 : L0;
-  s.G[t] = G0, s.G[t + 1] = G1;
+  G[t] = G0, G[t + 1] = G1;
   float* vec = a.vec + chunk_head * 4 * kC;
   const float e0 = __expf(G0), e1 = __expf(G1);
   *reinterpret_cast<float2*>(vec + t) = make_float2(s.kinv[t] * e0, s.kinv[t + 1] * e1);
@@ -255,13 +265,13 @@ __device__ __forceinline__ void gdn_vec(const MmaArgs& a, PrepareSmem<false>& s,
   *reinterpret_cast<float2*>(vec + 3 * kC + t) = make_float2(G0, G1);
 }
 
-/// Chunk `chunk` of value head hv by the calling thread's team (kTeamThreads threads of the block,
-/// its own shared memory s). kAsync: MmaArgs::qk_async (a separate instantiation: the staged path's
-/// registers stay its own).
+/// Chunk `chunk` of the value heads hv0 .. hv0 + heads - 1 (heads <= kItemHeads, one key head) by
+/// the calling thread's team (kTeamThreads threads of the block, its own shared memory s).
+/// kAsync: MmaArgs::qk_async (a separate instantiation: the staged path's registers stay its own).
 template <bool kKda, bool kAsync>
-__device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda>& s, int hv,
-                                              int chunk) {
-  const int kh = hv / a.group;
+__device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda>& s, int hv0,
+                                              int heads, int chunk) {
+  const int kh = hv0 / a.group;
   const int b = a.chunk_seq[chunk];
   if (b < 0) return;
   int begin, end;
@@ -270,15 +280,17 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   const int n = min(kC, end - t0);
   const int tid = threadIdx.x % kTeamThreads, lane = tid & 31, warp = tid >> 5;
   const auto sync = [] { team_sync(); };
-  float* A = reinterpret_cast<float*>(s.q);  // [64][kLdF] A_kk, strictly lower
-  float* Tm = A + kC * kLdF;                 // [64][kLdF] (I + A_kk)^-1
-  const int64_t chunk_head = int64_t(chunk) * a.HV + hv;
+  // Head h's A_kk [64][kLdF] (strictly lower), inverted in place: over the q tile (h = 0), the k
+  // tile (h = 1), once the products are formed.
+  const auto A_of = [&](int h) { return reinterpret_cast<float*>(s.q) + h * kC * kLdF; };
+  const int64_t chunk_head = int64_t(chunk) * a.HV + hv0;  // of head 0; head h's is + h
 
   // Gates and betas, then q and k: a row is 16 pieces of 8 channels, one per lane of a half warp,
   // so the norms reduce within the half warp. All of a tile's loads are issued before any is used.
   if constexpr (kKda) {
+    const int hv = hv0;
     if (tid < kC)
-      s.beta[tid] =
+      s.beta[0][tid] =
           tid < n ? a.beta[int64_t(t0 + tid) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
     // The raw gate tile into Gc (zeros past n), in flight beside the q and k loads; scanned below.
     const float* g = a.g + int64_t(hv) * a.g_sh;
@@ -294,13 +306,15 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
         s.Gc[t * kLdG + c] = t < n ? g[int64_t(t0 + t) * a.g_st + c] : 0.0f;
       }
     }
-  } else if (tid < kC) {  // raw; gdn_vec scans them
-    s.G[tid] = tid < n ? a.g[int64_t(t0 + tid) * a.g_st + int64_t(hv) * a.g_sh] : 0.0f;
-  } else {
-    const int t = tid - kC;
-    s.beta[t] = t < n ? a.beta[int64_t(t0 + t) * a.beta_st + int64_t(hv) * a.beta_sh] : 0.0f;
+  } else {  // raw gates (gdn_vec scans them) by threads 0-63, betas by 64-127
+    const int t = tid & (kC - 1);
+    for (int h = 0; h < heads; ++h) {
+      const int64_t at = int64_t(t0 + t) * (tid < kC ? a.g_st : a.beta_st) +
+                         int64_t(hv0 + h) * (tid < kC ? a.g_sh : a.beta_sh);
+      (tid < kC ? s.G[h] : s.beta[h])[t] = t < n ? (tid < kC ? a.g : a.beta)[at] : 0.0f;
+    }
   }
-  const bool writes_copies = !kKda && a.copies && hv % a.group == 0;
+  const bool writes_copies = !kKda && a.copies && hv0 % a.group == 0;
   const int piece = tid & 15, r0 = tid >> 4;
   // 1 / |row| (times scale for q) of the tile row r from its sum of squares ss; 0 past n.
   // (rsqrtf: 2 ulp, far inside bf16's rounding of the products it scales.)
@@ -363,11 +377,12 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       }
     }
   }
-  if (a.copies) {  // this value head's v rows
+  if (a.copies) {  // the item's value heads' v rows
     bf16* v16 = const_cast<bf16*>(a.v16);
     const int per_row = a.d_v / 8;
-    for (int i = tid; i < n * per_row; i += kTeamThreads) {
-      const int t = i / per_row, col = (i % per_row) * 8;
+    for (int i = tid; i < heads * n * per_row; i += kTeamThreads) {
+      const int hv = hv0 + i / (n * per_row), t = i % (n * per_row) / per_row;
+      const int col = (i % per_row) * 8;
       float x[8];
       load8(a.v, a.v_bf16, int64_t(t0 + t) * a.v_st + int64_t(hv) * a.v_sh + col, x);
       *reinterpret_cast<uint4*>(v16 + int64_t(t0 + t) * a.v16_st + int64_t(hv) * a.v16_sh + col) =
@@ -410,7 +425,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     kda_tiles(a, s, chunk_head, tid);
     kda_products(s, warp, lane, kk, qk);
   } else {
-    if (warp == 0) gdn_vec(a, s, n, lane, chunk_head);
+    if (warp < heads) gdn_vec(a, s, n, lane, warp, chunk_head + warp);
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
       uint32_t ak[4], aq[4];
@@ -427,99 +442,132 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       }
     }
   }
-  sync();  // G is scanned; the q and k tiles are dead (A and T alias them)
+  sync();  // G is scanned; the q and k tiles are dead (the heads' A alias them)
 
-  // A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared memory;
-  // A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16. KDA's
-  // products hold their decays already.
+  // Per head: A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared
+  // memory; A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16.
+  // KDA's products hold their decays already. The heads innermost, so that each product dies once
+  // both heads have it (the heads' tiles and rows are constant offsets apart).
   bf16* aqk_out = a.aqk + chunk_head * kC * kC;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int t = m0 + g + 8 * h;
-    const float Gt = kKda ? 0.0f : s.G[t], bk = s.beta[t] * s.kinv[t], qt = s.qinv[t];
+    const float qt = s.qinv[t];
+    float Gt[kItemHeads<kKda>], bk[kItemHeads<kKda>];
+#pragma unroll
+    for (int hh = 0; hh < kItemHeads<kKda>; ++hh)
+      Gt[hh] = kKda ? 0.0f : s.G[hh][t], bk[hh] = s.beta[hh][t] * s.kinv[t];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int j = nt * 8 + 2 * c;
-      float pair[2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float decay = 0.0f;
-        if (j + e <= t) decay = (kKda ? 1.0f : __expf(Gt - s.G[j + e])) * s.kinv[j + e];
-        A[t * kLdF + j + e] = j + e < t ? bk * decay * kk[nt][2 * h + e] : 0.0f;
-        pair[e] = j + e <= t ? qt * decay * qk[nt][2 * h + e] : 0.0f;
+      for (int hh = 0; hh < kItemHeads<kKda>; ++hh) {
+        if (hh >= heads) break;
+        float pair[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float decay = 0.0f;
+          if (j + e <= t) decay = (kKda ? 1.0f : __expf(Gt[hh] - s.G[hh][j + e])) * s.kinv[j + e];
+          A_of(hh)[t * kLdF + j + e] = j + e < t ? bk[hh] * decay * kk[nt][2 * h + e] : 0.0f;
+          pair[e] = j + e <= t ? qt * decay * qk[nt][2 * h + e] : 0.0f;
+        }
+        *reinterpret_cast<uint32_t*>(aqk_out + hh * kC * kC + t * kC + j) =
+            pack_bf16(pair[0], pair[1]);
       }
-      *reinterpret_cast<uint32_t*>(aqk_out + t * kC + j) = pack_bf16(pair[0], pair[1]);
     }
   }
   sync();
 
-  // (I + A)^-1 by blocks: the four 16x16 diagonal blocks by forward substitution (a warp each, a
-  // lane a column), in fp32; then T_10 = -T_11 A_10 T_00 for the 16-blocks (1, 0) and (3, 2), then
-  // for the 32-block (1, 0), on tensor cores in tf32 (T is rounded to bf16 after). The blocks
-  // above the diagonal that the products read are zeros.
-  for (int e = tid; e < 2 * 256; e += kTeamThreads) {
-    const int o = (e >> 8) * 32, r = (e >> 4) & 15, col = e & 15;
-    Tm[(o + r) * kLdF + o + 16 + col] = 0.0f;
-  }
-  if (lane < 16) {
-    const int o = warp * 16;
+  // (I + A)^-1 by blocks, in place over A (whose blocks above the diagonal, which the products
+  // read, are zeros): the four 16x16 diagonal blocks by forward substitution (a warp each, a lane a
+  // column; head h on lanes 16 h ..), in fp32; then T_10 = -T_11 A_10 T_00 for the 16-blocks
+  // (1, 0) and (3, 2), then for the 32-block (1, 0), on tensor cores in tf32 (T is rounded to
+  // bf16 after).
+  if (lane < 16 * heads) {
+    float* T = A_of(lane >> 4);
+    const int o = warp * 16, col = lane & 15;
+    const unsigned lanes = heads == 2 ? 0xffffffffu : 0x0000ffffu;
     float x[16];
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
-      float sum = r == lane ? 1.0f : 0.0f;
+      float sum = r == col ? 1.0f : 0.0f;
 #pragma unroll
-      for (int m = 0; m < r; ++m) sum -= A[(o + r) * kLdF + o + m] * x[m];
+      for (int m = 0; m < r; ++m) sum -= T[(o + r) * kLdF + o + m] * x[m];
       x[r] = sum;
-      Tm[(o + r) * kLdF + o + lane] = sum;
+      __syncwarp(lanes);  // row r of A is read by every lane before any lane overwrites it
+      T[(o + r) * kLdF + o + col] = sum;
     }
   }
   sync();
-  {  // 16-blocks: warp w takes the pair (i, j) = (2p + 1, 2p), p = w / 2, columns 8 (w % 2) ..
-    const int i0 = 32 * (warp >> 1) + 16, j0 = i0 - 16, n0 = j0 + 8 * (warp & 1);
-    float* m = s.m + warp * 16 * 8;  // this warp's 16 x 8 M = A_10 T_00
+  // 16-blocks: warp w takes the pair (i, j) = (2p + 1, 2p), p = w / 2, columns 8 (w % 2) .., of
+  // every head (M = A_10 T_00 of head h in s.m at 512 h + 128 w).
+  const int i0 = 32 * (warp >> 1) + 16, j0 = i0 - 16, n0 = j0 + 8 * (warp & 1);
+#pragma unroll
+  for (int hh = 0; hh < kItemHeads<kKda>; ++hh) {
+    if (hh >= heads) break;
+    const float* T = A_of(hh);
     float acc[4] = {};
-    mma_tf32_tiles<2>(acc, A + i0 * kLdF + j0, kLdF, Tm + j0 * kLdF + n0, kLdF, lane);
-    store_tile_f32(m, 8, acc, 1.0f, lane);
-    __syncwarp();
-    float out[4] = {};
-    mma_tf32_tiles<2>(out, Tm + i0 * kLdF + i0, kLdF, m, 8, lane);
-    store_tile_f32(Tm + i0 * kLdF + n0, kLdF, out, -1.0f, lane);
+    mma_tf32_tiles<2>(acc, T + i0 * kLdF + j0, kLdF, T + j0 * kLdF + n0, kLdF, lane);
+    store_tile_f32(s.m + hh * 512 + warp * 128, 8, acc, 1.0f, lane);
   }
-  sync();
-  // The 32-block: warp w takes rows 32 + 16 (w / 2) .., columns 16 (w % 2) .. (two 8-column tiles).
+  sync();  // both warps of a pair have read A_10, which T_10 replaces
+#pragma unroll
+  for (int hh = 0; hh < kItemHeads<kKda>; ++hh) {
+    if (hh >= heads) break;
+    float* T = A_of(hh);
+    float out[4] = {};
+    mma_tf32_tiles<2>(out, T + i0 * kLdF + i0, kLdF, s.m + hh * 512 + warp * 128, 8, lane);
+    store_tile_f32(T + i0 * kLdF + n0, kLdF, out, -1.0f, lane);
+  }
+  // The 32-block, a head at a time (s.m holds one M): warp w takes rows 32 + 16 (w / 2) ..,
+  // columns 16 (w % 2) .. (two 8-column tiles).
   const int r2 = 32 + 16 * (warp >> 1), c2 = 16 * (warp & 1);
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-    float acc[4] = {};
-    mma_tf32_tiles<4>(acc, A + r2 * kLdF, kLdF, Tm + c2 + 8 * nt, kLdF, lane);
-    store_tile_f32(s.m + (r2 - 32) * 40 + c2 + 8 * nt, 40, acc, 1.0f, lane);
-  }
-  sync();
+  for (int hh = 0; hh < kItemHeads<kKda>; ++hh) {
+    if (hh >= heads) break;
+    float* T = A_of(hh);
+    sync();  // T's 16-blocks are in; the last head's M is read
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
-    float out[4] = {};
-    mma_tf32_tiles<4>(out, Tm + r2 * kLdF + 32, kLdF, s.m + c2 + 8 * nt, 40, lane);
-    store_tile_f32(Tm + r2 * kLdF + c2 + 8 * nt, kLdF, out, -1.0f, lane);
+    for (int nt = 0; nt < 2; ++nt) {
+      float acc[4] = {};
+      mma_tf32_tiles<4>(acc, T + r2 * kLdF, kLdF, T + c2 + 8 * nt, kLdF, lane);
+      store_tile_f32(s.m + (r2 - 32) * 40 + c2 + 8 * nt, 40, acc, 1.0f, lane);
+    }
+    sync();
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float out[4] = {};
+      mma_tf32_tiles<4>(out, T + r2 * kLdF + 32, kLdF, s.m + c2 + 8 * nt, 40, lane);
+      store_tile_f32(T + r2 * kLdF + c2 + 8 * nt, kLdF, out, -1.0f, lane);
+    }
   }
   sync();
 
   // T Diag(beta) out as bf16, 8 columns a store; the blocks above the diagonal are zeros.
-  bf16* t_out = a.tmat + chunk_head * kC * kC;
-  for (int e = tid; e < kC * kC / 8; e += kTeamThreads) {
-    const int t = e >> 3, j = (e & 7) * 8;
+  for (int e = tid; e < heads * kC * kC / 8; e += kTeamThreads) {
+    const int hh = e / (kC * kC / 8), t = (e >> 3) & (kC - 1), j = (e & 7) * 8;
+    const float* T = A_of(hh);
     float x[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      x[i] = j / 16 <= t / 16 ? Tm[t * kLdF + j + i] * s.beta[j + i] : 0.0f;
-    *reinterpret_cast<uint4*>(t_out + t * kC + j) = pack8_bf16(x);
+      x[i] = j / 16 <= t / 16 ? T[t * kLdF + j + i] * s.beta[hh][j + i] : 0.0f;
+    *reinterpret_cast<uint4*>(a.tmat + (chunk_head + hh) * kC * kC + t * kC + j) = pack8_bf16(x);
   }
 }
 
-/// Teams of kTeamThreads threads, each with its own PrepareSmem, take the items (chunk, value head)
-/// in chunk-major order, item = chunk HV + hv: team t of block b the items b teams + t, + the
-/// grid's teams, ... With a.ready (side by side with the state kernel) a team marks each item
-/// ready once its stores are out. The block lets the state kernel launch at once (it is launched
-/// as this kernel's programmatic dependent only side by side; elsewhere the trigger does nothing).
+/// Items: (chunk, key head, pair) in chunk-major order, a pair being kItemHeads of the key head's
+/// value heads (the last one of an odd group alone); MmaArgs::group / kItemHeads rounded up a key
+/// head.
+template <bool kKda>
+__host__ __device__ __forceinline__ int item_pairs(const MmaArgs& a) {
+  return (a.group + kItemHeads<kKda> - 1) / kItemHeads<kKda>;
+}
+
+/// Teams of kTeamThreads threads, each with its own PrepareSmem, take the items in order: team t of
+/// block b the items b teams + t, + the grid's teams, ... With a.ready (side by side with the state
+/// kernel) a team flags each of its value heads ready once its stores are out. The block lets the
+/// state kernel launch at once (it is launched as this kernel's programmatic dependent only side
+/// by side; elsewhere the trigger does nothing).
 template <bool kKda, bool kAsync>
 __global__ void __launch_bounds__(kTeamThreads* kMaxTeams<kKda>, 1)
     mma_prepare_kernel(const __grid_constant__ MmaArgs a) {
@@ -527,13 +575,17 @@ __global__ void __launch_bounds__(kTeamThreads* kMaxTeams<kKda>, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int team = threadIdx.x / kTeamThreads, teams = blockDim.x / kTeamThreads;
   PrepareSmem<kKda>& s = reinterpret_cast<PrepareSmem<kKda>*>(smem_raw)[team];
-  const int items = a.max_chunks * a.HV, stride = gridDim.x * teams;  // < 2^25 (launch_prepare)
+  const int pairs = item_pairs<kKda>(a), per_chunk = a.H * pairs;
+  const int items = a.max_chunks * per_chunk, stride = gridDim.x * teams;  // < 2^25
   for (int item = blockIdx.x * teams + team; item < items; item += stride) {
-    prepare_chunk<kKda, kAsync>(a, s, item % a.HV, item / a.HV);
+    const int chunk = item / per_chunk, kh = item % per_chunk / pairs, pair = item % pairs;
+    const int hv0 = kh * a.group + pair * kItemHeads<kKda>;
+    const int heads = min(kItemHeads<kKda>, a.group - pair * kItemHeads<kKda>);
+    prepare_chunk<kKda, kAsync>(a, s, hv0, heads, chunk);
     team_sync();  // the item's stores are issued; the next item rewrites the shared tiles
     if (a.ready != nullptr && threadIdx.x % kTeamThreads == 0) {
       __threadfence();
-      store_release(a.ready + item, 1u);
+      for (int h = 0; h < heads; ++h) store_release(a.ready + chunk * a.HV + hv0 + h, 1u);
     }
   }
 }
@@ -556,10 +608,11 @@ int prepare_teams(bool kda, size_t smem_per_block) {
 void launch_prepare(const MmaArgs& a, int teams, int64_t blocks, cudaStream_t s) {
   HYLA_CHECK(teams >= 1 && teams <= (a.per_channel ? kMaxTeams<true> : kMaxTeams<false>),
              "prepare teams ", teams);
-  const int64_t items = int64_t(a.max_chunks) * a.HV;
-  HYLA_CHECK(items * kC < (int64_t(1) << 31), "chunk workspace of ", items * kC,
-             " rows: TMA coordinates are 32-bit");
-  if (blocks <= 0) blocks = items;  // a team a block, one item each
+  HYLA_CHECK(int64_t(a.max_chunks) * a.HV * kC < (int64_t(1) << 31), "chunk workspace of ",
+             int64_t(a.max_chunks) * a.HV * kC, " rows: TMA coordinates are 32-bit");
+  if (blocks <= 0)  // a team a block, one item each
+    blocks =
+        int64_t(a.max_chunks) * a.H * (a.per_channel ? item_pairs<true>(a) : item_pairs<false>(a));
   if (a.per_channel)
     a.qk_async ? launch_kernel<true, true>(a, teams, blocks, s)
                : launch_kernel<true, false>(a, teams, blocks, s);
