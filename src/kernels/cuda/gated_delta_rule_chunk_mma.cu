@@ -46,6 +46,12 @@
 // This file: the entry (the call's arguments and workspace regions, MmaArgs); what both kernels
 // share is in gated_delta_rule_chunk_mma.cuh.
 #include <algorithm>
+#ifdef HYLA_CHUNK_PROBE
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+#endif
 
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
 
@@ -115,9 +121,28 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   // whole GPU (H200, T 65536, 2026-12-03: GDN 0.46, KDA 1.2). Side by side only when that
   // promises a tenth or more (the state kernel's chunks wait on flags: GDN's slowed ~1.3x).
   const double r = kda ? 1.2 : 0.46;
-  const bool side_by_side = a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 &&
-                            teams >= 2 && blocks < sms &&
-                            std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);
+  const bool can =
+      a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2 && blocks < sms;
+  bool side_by_side = can && std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);
+#ifdef HYLA_CHUNK_PROBE
+  // The probe build takes the mode from HYLA_CHUNK_PROBE_MODE (side | sequential) when set, and
+  // records its timeline when HYLA_CHUNK_PROBE_OUT names a file.
+  if (const char* mode = std::getenv("HYLA_CHUNK_PROBE_MODE"))
+    side_by_side = can && std::string_view(mode) == "side";
+  const int64_t probe_words = int64_t(a.max_chunks) * a.HV * (1 + 2 * std::max(a.d_v / 64, 1));
+  static unsigned long long* probe = nullptr;
+  static int64_t probe_capacity = 0;
+  const char* probe_out = std::getenv("HYLA_CHUNK_PROBE_OUT");
+  if (probe_out != nullptr) {
+    if (probe_words > probe_capacity) {
+      if (probe != nullptr) HYLA_CUDA_CHECK(cudaFree(probe));
+      HYLA_CUDA_CHECK(cudaMalloc(&probe, size_t(probe_words) * 8));
+      probe_capacity = probe_words;
+    }
+    HYLA_CUDA_CHECK(cudaMemsetAsync(probe, 0, size_t(probe_words) * 8, s));
+    a.probe = probe;
+  }
+#endif
   if (side_by_side) {
     a.ready = reinterpret_cast<uint32_t*>(ws + layout.tc_ready);
     HYLA_CUDA_CHECK(
@@ -127,6 +152,20 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   if (a.max_chunks > 0 && a.H > 0)
     launch_prepare(a, side_by_side ? teams : 1, side_by_side ? sms - blocks : 0, s);
   if (a.B > 0) launch_state(a, s);
+#ifdef HYLA_CHUNK_PROBE
+  if (probe_out != nullptr) {  // header: max_chunks, HV, row blocks, B, side by side; then words
+    std::vector<unsigned long long> h(size_t(probe_words) + 5);
+    h[0] = a.max_chunks, h[1] = a.HV, h[2] = std::max(a.d_v / 64, 1), h[3] = a.B;
+    h[4] = side_by_side;
+    HYLA_CUDA_CHECK(cudaStreamSynchronize(s));
+    HYLA_CUDA_CHECK(
+        cudaMemcpy(h.data() + 5, probe, size_t(probe_words) * 8, cudaMemcpyDeviceToHost));
+    if (FILE* f = std::fopen(probe_out, "wb")) {
+      std::fwrite(h.data(), 8, h.size(), f);
+      std::fclose(f);
+    }
+  }
+#endif
   return ok_status();
 }
 

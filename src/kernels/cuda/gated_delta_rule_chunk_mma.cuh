@@ -50,6 +50,12 @@ struct MmaArgs : ChunkCall {
   // prepared; the state kernel runs as the prepare kernel's dependent and waits for its chunks.
   // Null: the state kernel runs after the prepare kernel.
   uint32_t* ready;
+#ifdef HYLA_CHUNK_PROBE
+  // The timeline probe (a diagnostic build: -DHYLA_CHUNK_PROBE; tools/gpu/chunk_probe.sh): when
+  // a (chunk, value head) item was done, [max_chunks, HV], then per state block of sequence 0
+  // (value head, row block) and chunk the TMA thread's wait start and issue time.
+  unsigned long long* probe;
+#endif
   // The state kernel's tiles (encode_state_maps): k / q rows (GDN, [T, H, 128]) or Kg / Qg / Kd
   // (KDA, chunk-major), v rows, T and A_qk (chunk-major); 128-byte swizzle, 64-row boxes.
   CUtensorMap map_k, map_q, map_kd, map_v, map_t, map_aqk, map_o;
@@ -73,6 +79,14 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
   return value;
 }
+
+#ifdef HYLA_CHUNK_PROBE
+__device__ __forceinline__ unsigned long long probe_clock() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
 
 // ---- mma.sync / ldmatrix ----
 

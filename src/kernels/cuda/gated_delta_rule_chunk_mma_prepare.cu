@@ -587,6 +587,10 @@ __global__ void __launch_bounds__(kTeamThreads* kMaxTeams<kKda>, 1)
       __threadfence();
       for (int h = 0; h < heads; ++h) store_release(a.ready + chunk * a.HV + hv0 + h, 1u);
     }
+#ifdef HYLA_CHUNK_PROBE
+    if (a.probe != nullptr && threadIdx.x % kTeamThreads == 0)
+      for (int h = 0; h < heads; ++h) a.probe[chunk * a.HV + hv0 + h] = probe_clock();
+#endif
   }
 }
 

@@ -511,9 +511,20 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     if (lane == 0) {
       const int kh = hv / a.group;
       for (int use = 0; use < chunks; ++use) {
+#ifdef HYLA_CHUNK_PROBE
+        const unsigned long long wait_start = probe_clock();
+#endif
         // The flags first: their latency passes while the warpgroups still read the stage.
         if (a.ready != nullptr) wait_prepared(a, first + use, hv, kh);
         if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
+#ifdef HYLA_CHUNK_PROBE
+        if (a.probe != nullptr && b == 0) {
+          unsigned long long* at =
+              a.probe + int64_t(a.max_chunks) * a.HV +
+              (int64_t(blockIdx.y * gridDim.z + blockIdx.z) * a.max_chunks + use) * 2;
+          at[0] = wait_start, at[1] = probe_clock();
+        }
+#endif
         issue_stage<VT, kKda>(a, s.stage[use & 1], &s.full[use & 1], first + use, chunk_t0(use), kh,
                               hv, v0);
       }
