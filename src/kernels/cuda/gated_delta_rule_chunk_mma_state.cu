@@ -437,7 +437,8 @@ __global__ void __launch_bounds__(VT * 8, 1) mma_state_kernel(const __grid_const
 // KDA reads Kg, Qg and Kd as the other kernel does and decays S^T's columns.
 // Hand-overs: named barriers "S^T in" and "Delta^T in" (state arrives, output waits) and
 // "buffers read" (the other way) per buffer parity; the stage's `empty` mbarrier takes one
-// arrival from each warpgroup before the TMA warp refills it.
+// arrival from each warpgroup before the TMA warp refills it. Side by side with the prepare
+// kernel (MmaArgs::ready) the TMA warp also waits for a chunk's ready flags before loading it.
 constexpr int kWgVT = 64;
 constexpr int kWgThreads = 288;
 // Named barrier ids: the hand-overs (+ buffer parity), and each warpgroup's own.
