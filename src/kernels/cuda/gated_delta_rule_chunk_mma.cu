@@ -57,6 +57,89 @@
 
 namespace hyla::kernels::cuda {
 
+namespace {
+
+/// How a call's two kernels run: one after the other (the prepare kernel a team a block, an item
+/// each), or side by side (one block of `teams` teams on each of prepare_blocks SMs).
+struct Schedule {
+  bool side_by_side = false;
+  int teams = 1;
+  int64_t prepare_blocks = 0;  // <= 0: a block an item
+};
+
+/// Side by side when the state kernel's blocks (one per SM) leave enough SMs idle (a few long
+/// sequences): the prepare kernel first, as one block of teams on each SM the state blocks leave,
+/// marking items ready in chunk-major order; the state kernel as its programmatic dependent, each
+/// chunk's loads waiting for its flags. Neither can hold the other up: the prepare blocks wait for
+/// nothing and are all resident before the state kernel starts.
+Schedule schedule(const chunk_mma::MmaArgs& a, bool kda) {
+  int device = 0, sms = 0, smem_per_block = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&device));
+  HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HYLA_CUDA_CHECK(
+      cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int64_t blocks = chunk_mma::state_blocks(a);
+  const int teams = chunk_mma::prepare_teams(kda, size_t(smem_per_block));
+  // In units of the state kernel's time: one after the other 1 + r, side by side about
+  // max(1, r sms / (sms - blocks)), r the prepare kernel's time over the state kernel's on the
+  // whole GPU (H200, T 65536, 2026-12-03: GDN 0.46, KDA 1.2). Side by side only when that
+  // promises a tenth or more (the state kernel's chunks wait on flags: GDN's slowed ~1.3x).
+  const double r = kda ? 1.2 : 0.46;
+  const bool can =
+      a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2 && blocks < sms;
+  bool side = can && std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);
+#ifdef HYLA_CHUNK_PROBE
+  // The probe build takes the mode from HYLA_CHUNK_PROBE_MODE (side | sequential) when set.
+  if (const char* mode = std::getenv("HYLA_CHUNK_PROBE_MODE"))
+    side = can && std::string_view(mode) == "side";
+#endif
+  if (!side) return {};
+  return {.side_by_side = true, .teams = teams, .prepare_blocks = sms - blocks};
+}
+
+#ifdef HYLA_CHUNK_PROBE
+/// The probe build's timeline (MmaArgs::probe) of a call, written to HYLA_CHUNK_PROBE_OUT when
+/// set: a header (max_chunks, HV, row blocks, B, side by side), then the words.
+class Probe {
+ public:
+  Probe(chunk_mma::MmaArgs& a, const Schedule& plan, cudaStream_t s)
+      : path_(std::getenv("HYLA_CHUNK_PROBE_OUT")),
+        words_(int64_t(a.max_chunks) * a.HV * (1 + 2 * std::max(a.d_v / 64, 1))),
+        header_{uint64_t(a.max_chunks), uint64_t(a.HV), uint64_t(std::max(a.d_v / 64, 1)),
+                uint64_t(a.B), plan.side_by_side} {
+    if (path_ == nullptr) return;
+    static unsigned long long* buffer = nullptr;
+    static int64_t capacity = 0;
+    if (words_ > capacity) {
+      if (buffer != nullptr) HYLA_CUDA_CHECK(cudaFree(buffer));
+      HYLA_CUDA_CHECK(cudaMalloc(&buffer, size_t(words_) * 8));
+      capacity = words_;
+    }
+    HYLA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, size_t(words_) * 8, s));
+    a.probe = device_ = buffer;
+  }
+  void write(cudaStream_t s) const {
+    if (path_ == nullptr) return;
+    std::vector<unsigned long long> h(header_, header_ + 5);
+    h.resize(size_t(words_) + 5);
+    HYLA_CUDA_CHECK(cudaStreamSynchronize(s));
+    HYLA_CUDA_CHECK(cudaMemcpy(h.data() + 5, device_, size_t(words_) * 8, cudaMemcpyDeviceToHost));
+    if (FILE* f = std::fopen(path_, "wb")) {
+      std::fwrite(h.data(), 8, h.size(), f);
+      std::fclose(f);
+    }
+  }
+
+ private:
+  const char* path_;
+  int64_t words_;
+  unsigned long long header_[5];
+  unsigned long long* device_ = nullptr;
+};
+#endif
+
+}  // namespace
+
 Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) {
   using namespace chunk_mma;
   const ChunkWorkspaceShape shape = chunk_workspace_shape(p);
@@ -103,68 +186,26 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
     a.v16_st = a.v_st, a.v16_sh = a.v_sh;
   }
 
+  // Chunk-major rows (chunk HV + hv) 64 + t index the workspace tiles, as int and as TMA's 32-bit
+  // coordinates.
+  HYLA_CHECK(int64_t(a.max_chunks) * a.HV * kC < (int64_t(1) << 31), "chunk workspace of ",
+             int64_t(a.max_chunks) * a.HV * kC, " rows: TMA coordinates are 32-bit");
+
   const cudaStream_t s = to_cuda(stream);
-  // Side by side when the state kernel's blocks (one per SM) leave enough SMs idle (a few long
-  // sequences): the prepare kernel first, as one block of `teams` teams on each SM the state
-  // blocks leave, marking items ready in chunk-major order; the state kernel as its programmatic
-  // dependent, each chunk's loads waiting for its flags. Neither can hold the other up: the
-  // prepare blocks wait for nothing and are all resident before the state kernel starts.
-  int device = 0, sms = 0, smem_per_block = 0;
-  HYLA_CUDA_CHECK(cudaGetDevice(&device));
-  HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  HYLA_CUDA_CHECK(
-      cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int64_t blocks = state_blocks(a);
-  const int teams = prepare_teams(kda, size_t(smem_per_block));
-  // In units of the state kernel's time: one after the other 1 + r, side by side about
-  // max(1, r sms / (sms - blocks)), r the prepare kernel's time over the state kernel's on the
-  // whole GPU (H200, T 65536, 2026-12-03: GDN 0.46, KDA 1.2). Side by side only when that
-  // promises a tenth or more (the state kernel's chunks wait on flags: GDN's slowed ~1.3x).
-  const double r = kda ? 1.2 : 0.46;
-  const bool can =
-      a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2 && blocks < sms;
-  bool side_by_side = can && std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);
+  const Schedule plan = schedule(a, kda);
 #ifdef HYLA_CHUNK_PROBE
-  // The probe build takes the mode from HYLA_CHUNK_PROBE_MODE (side | sequential) when set, and
-  // records its timeline when HYLA_CHUNK_PROBE_OUT names a file.
-  if (const char* mode = std::getenv("HYLA_CHUNK_PROBE_MODE"))
-    side_by_side = can && std::string_view(mode) == "side";
-  const int64_t probe_words = int64_t(a.max_chunks) * a.HV * (1 + 2 * std::max(a.d_v / 64, 1));
-  static unsigned long long* probe = nullptr;
-  static int64_t probe_capacity = 0;
-  const char* probe_out = std::getenv("HYLA_CHUNK_PROBE_OUT");
-  if (probe_out != nullptr) {
-    if (probe_words > probe_capacity) {
-      if (probe != nullptr) HYLA_CUDA_CHECK(cudaFree(probe));
-      HYLA_CUDA_CHECK(cudaMalloc(&probe, size_t(probe_words) * 8));
-      probe_capacity = probe_words;
-    }
-    HYLA_CUDA_CHECK(cudaMemsetAsync(probe, 0, size_t(probe_words) * 8, s));
-    a.probe = probe;
-  }
+  Probe probe(a, plan, s);
 #endif
-  if (side_by_side) {
+  if (plan.side_by_side) {
     a.ready = reinterpret_cast<uint32_t*>(ws + layout.tc_ready);
     HYLA_CUDA_CHECK(
         cudaMemsetAsync(a.ready, 0, size_t(a.max_chunks) * size_t(a.HV) * sizeof(uint32_t), s));
   }
   launch_chunk_plan(a, s);
-  if (a.max_chunks > 0 && a.H > 0)
-    launch_prepare(a, side_by_side ? teams : 1, side_by_side ? sms - blocks : 0, s);
+  if (a.max_chunks > 0 && a.H > 0) launch_prepare(a, plan.teams, plan.prepare_blocks, s);
   if (a.B > 0) launch_state(a, s);
 #ifdef HYLA_CHUNK_PROBE
-  if (probe_out != nullptr) {  // header: max_chunks, HV, row blocks, B, side by side; then words
-    std::vector<unsigned long long> h(size_t(probe_words) + 5);
-    h[0] = a.max_chunks, h[1] = a.HV, h[2] = std::max(a.d_v / 64, 1), h[3] = a.B;
-    h[4] = side_by_side;
-    HYLA_CUDA_CHECK(cudaStreamSynchronize(s));
-    HYLA_CUDA_CHECK(
-        cudaMemcpy(h.data() + 5, probe, size_t(probe_words) * 8, cudaMemcpyDeviceToHost));
-    if (FILE* f = std::fopen(probe_out, "wb")) {
-      std::fwrite(h.data(), 8, h.size(), f);
-      std::fclose(f);
-    }
-  }
+  probe.write(s);
 #endif
   return ok_status();
 }

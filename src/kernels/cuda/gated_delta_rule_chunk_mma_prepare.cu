@@ -118,7 +118,8 @@ constexpr int kItemHeads = kKda ? 1 : 2;
 
 template <bool kKda>
 struct PrepareSmem {
-  bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); A_kk and T (f32) alias q and k
+  bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); then value head h's A_kk (f32),
+                       // inverted in place, over q (h = 0) or k (h = 1)
   bf16 k[kC * kLdQK];
   float m[32 * 40];  // the inverse's block products (pitch 40: B fragments hit distinct banks)
   float qinv[kC], kinv[kC];
@@ -279,7 +280,6 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   const int t0 = begin + (chunk - a.chunk_first[b]) * kC;
   const int n = min(kC, end - t0);
   const int tid = threadIdx.x % kTeamThreads, lane = tid & 31, warp = tid >> 5;
-  const auto sync = [] { team_sync(); };
   // Head h's A_kk [64][kLdF] (strictly lower), inverted in place: over the q tile (h = 0), the k
   // tile (h = 1), once the products are formed.
   const auto A_of = [&](int h) { return reinterpret_cast<float*>(s.q) + h * kC * kLdF; };
@@ -391,7 +391,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   }
   if constexpr (kKda || kAsync) {
     cp_async_wait<0>();
-    sync();
+    team_sync();
   }
   if constexpr (kAsync) {  // the norms from the tiles, a thread a row (q: threads 0-63, k: 64-127)
     const bool is_q = tid < kC;
@@ -416,7 +416,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       s.Gc[t * kLdG + tid] = run;
     }
   }
-  sync();
+  team_sync();
 
   // K K^T and Q K^T: a warp's 16 rows, all 64 columns, over 128 channels (KDA: the decays inside).
   const int m0 = warp * 16, g = lane >> 2, c = lane & 3;
@@ -442,7 +442,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       }
     }
   }
-  sync();  // G is scanned; the q and k tiles are dead (the heads' A alias them)
+  team_sync();  // G is scanned; the q and k tiles are dead (the heads' A alias them)
 
   // Per head: A_kk[t, j] = beta_t exp(G_t - G_j) <k_t, k_j> / (|k_t| |k_j|) (j < t) into shared
   // memory; A_qk[t, j] = exp(G_t - G_j) scale <q_t, k_j> / (|q_t| |k_j|) (j <= t) out as bf16.
@@ -476,7 +476,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       }
     }
   }
-  sync();
+  team_sync();
 
   // (I + A)^-1 by blocks, in place over A (whose blocks above the diagonal, which the products
   // read, are zeros): the four 16x16 diagonal blocks by forward substitution (a warp each, a lane a
@@ -498,7 +498,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       T[(o + r) * kLdF + o + col] = sum;
     }
   }
-  sync();
+  team_sync();
   // 16-blocks: warp w takes the pair (i, j) = (2p + 1, 2p), p = w / 2, columns 8 (w % 2) .., of
   // every head (M = A_10 T_00 of head h in s.m at 512 h + 128 w).
   const int i0 = 32 * (warp >> 1) + 16, j0 = i0 - 16, n0 = j0 + 8 * (warp & 1);
@@ -510,7 +510,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
     mma_tf32_tiles<2>(acc, T + i0 * kLdF + j0, kLdF, T + j0 * kLdF + n0, kLdF, lane);
     store_tile_f32(s.m + hh * 512 + warp * 128, 8, acc, 1.0f, lane);
   }
-  sync();  // both warps of a pair have read A_10, which T_10 replaces
+  team_sync();  // both warps of a pair have read A_10, which T_10 replaces
 #pragma unroll
   for (int hh = 0; hh < kItemHeads<kKda>; ++hh) {
     if (hh >= heads) break;
@@ -526,14 +526,14 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
   for (int hh = 0; hh < kItemHeads<kKda>; ++hh) {
     if (hh >= heads) break;
     float* T = A_of(hh);
-    sync();  // T's 16-blocks are in; the last head's M is read
+    team_sync();  // T's 16-blocks are in; the last head's M is read
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       float acc[4] = {};
       mma_tf32_tiles<4>(acc, T + r2 * kLdF, kLdF, T + c2 + 8 * nt, kLdF, lane);
       store_tile_f32(s.m + (r2 - 32) * 40 + c2 + 8 * nt, 40, acc, 1.0f, lane);
     }
-    sync();
+    team_sync();
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       float out[4] = {};
@@ -541,7 +541,7 @@ __device__ __forceinline__ void prepare_chunk(const MmaArgs& a, PrepareSmem<kKda
       store_tile_f32(T + r2 * kLdF + c2 + 8 * nt, kLdF, out, -1.0f, lane);
     }
   }
-  sync();
+  team_sync();
 
   // T Diag(beta) out as bf16, 8 columns a store; the blocks above the diagonal are zeros.
   for (int e = tid; e < heads * kC * kC / 8; e += kTeamThreads) {
@@ -576,7 +576,7 @@ __global__ void __launch_bounds__(kTeamThreads* kMaxTeams<kKda>, 1)
   const int team = threadIdx.x / kTeamThreads, teams = blockDim.x / kTeamThreads;
   PrepareSmem<kKda>& s = reinterpret_cast<PrepareSmem<kKda>*>(smem_raw)[team];
   const int pairs = item_pairs<kKda>(a), per_chunk = a.H * pairs;
-  const int items = a.max_chunks * per_chunk, stride = gridDim.x * teams;  // < 2^25
+  const int items = a.max_chunks * per_chunk, stride = gridDim.x * teams;  // < 2^25 (the entry)
   for (int item = blockIdx.x * teams + team; item < items; item += stride) {
     const int chunk = item / per_chunk, kh = item % per_chunk / pairs, pair = item % pairs;
     const int hv0 = kh * a.group + pair * kItemHeads<kKda>;
@@ -612,8 +612,6 @@ int prepare_teams(bool kda, size_t smem_per_block) {
 void launch_prepare(const MmaArgs& a, int teams, int64_t blocks, cudaStream_t s) {
   HYLA_CHECK(teams >= 1 && teams <= (a.per_channel ? kMaxTeams<true> : kMaxTeams<false>),
              "prepare teams ", teams);
-  HYLA_CHECK(int64_t(a.max_chunks) * a.HV * kC < (int64_t(1) << 31), "chunk workspace of ",
-             int64_t(a.max_chunks) * a.HV * kC, " rows: TMA coordinates are 32-bit");
   if (blocks <= 0)  // a team a block, one item each
     blocks =
         int64_t(a.max_chunks) * a.H * (a.per_channel ? item_pairs<true>(a) : item_pairs<false>(a));

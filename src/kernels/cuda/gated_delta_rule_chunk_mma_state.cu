@@ -88,7 +88,7 @@ constexpr size_t kStateSmemBytes = sizeof(StateSmem<VT, kKda>) + 1024;
 template <int VT, bool kKda>
 __device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t* full, int chunk,
                             int t0, int kh, int hv, int v0) {
-  const int row = (chunk * a.HV + hv) * kC;  // < 2^31 (encode_state_maps)
+  const int row = (chunk * a.HV + hv) * kC;  // < 2^31 (the entry)
   mbar_expect_tx(full, kStageBytes<VT, kKda>);
 #pragma unroll
   for (int box = 0; box < 2; ++box) {
@@ -758,11 +758,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 /// The state kernels' tensor maps (MmaArgs::map_*) for value tiles of VT columns; o's (whole
 /// chunks written by the wgmma kernel) when a.o_tma. The rows read or written as they are passed
 /// chunk_bf16_rows (16-byte aligned, strides multiples of 16 bytes, heads inside tokens), as TMA
-/// wants.
+/// wants; the chunk-major rows fit TMA's 32-bit coordinates (the entry checks).
 void encode_state_maps(MmaArgs& a, bool kda, int VT) {
   const uint64_t chunk_rows = uint64_t(a.max_chunks) * uint64_t(a.HV) * kC;
-  HYLA_CHECK(chunk_rows < (uint64_t(1) << 31), "chunk workspace of ", chunk_rows,
-             " rows: TMA coordinates are 32-bit");
   const auto chunk_major = [&](const bf16* base, uint64_t cols) {  // [chunk_rows, cols]
     const uint64_t dims[2] = {cols, chunk_rows}, strides[1] = {cols * sizeof(bf16)};
     const uint32_t box[2] = {64, kC};
