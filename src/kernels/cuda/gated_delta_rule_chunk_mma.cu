@@ -82,8 +82,8 @@ Schedule schedule(const chunk_mma::MmaArgs& a, bool kda) {
   const int teams = chunk_mma::prepare_teams(kda, size_t(smem_per_block));
   // In units of the state kernel's time: one after the other 1 + r, side by side about
   // max(1, r sms / (sms - blocks)), r the prepare kernel's time over the state kernel's on the
-  // whole GPU (H200, T 65536, 2026-12-03: GDN 0.46, KDA 1.2). Side by side only when that
-  // promises a tenth or more (the state kernel's chunks wait on flags: GDN's slowed ~1.3x).
+  // whole GPU (measured on the H200 at T 65536: docs/perf.md, chunk prefill). Side by side only
+  // when that promises a tenth or more: waiting on flags slows the state kernel's chunks.
   const double r = kda ? 1.2 : 0.46;
   const bool can =
       a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2 && blocks < sms;
