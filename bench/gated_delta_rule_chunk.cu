@@ -4,9 +4,11 @@
 // median of the calls. Prints a table (ms, TFLOP/s with the chunk form's 182,955 FLOP per token
 // per value head, the fraction of the H200's 989 TFLOP/s bf16 peak) and one JSON line per case;
 // tools/gpu/chunk_vs_fla.py sets the lines beside fla's JSON.
-//   hyla_bench_gated_delta_rule_chunk [--quick] [--only SUBSTRING] [--out FILE.jsonl]
+//   hyla_bench_gated_delta_rule_chunk [--quick] [--only SUBSTRING] [--state roles|wide]
+//                                     [--out FILE.jsonl]
 // --quick: the two GDN rows at 4096 tokens a sequence; --only: the cases whose name holds SUBSTRING
-// (tools/gpu/model.sh chunkprof profiles one op at a time).
+// (tools/gpu/model.sh chunkprof profiles one op at a time); --state: that state kernel instead of
+// the entry's choice (GatedDeltaRuleParams::state_kernel).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -62,7 +64,7 @@ struct Result {
   double ms, tflops, floor_fraction;
 };
 
-Result run(const Case& c, int calls) {
+Result run(const Case& c, int calls, kernels::ChunkStateKernel state) {
   int64_t T = 0;
   std::vector<int32_t> cu = {0};
   for (int n : c.seqlens) cu.push_back(cu.back() + n);
@@ -87,6 +89,7 @@ Result run(const Case& c, int calls) {
   kernels::GatedDeltaRuleParams p;
   p.q = q, p.k = k, p.v = v, p.g = g, p.beta = beta, p.cu_seqlens = cu_t, p.o = o;
   p.state_pool = pool, p.initial_slots = initial_t, p.final_slots = final_t;
+  p.state_kernel = state;
   const int64_t ws_bytes = kernels::gated_delta_rule_chunk_workspace_bytes(p);
   Tensor ws = Tensor::empty({(ws_bytes + 3) / 4}, DType::kF32, hyla::Device::cuda(0));
   p.workspace = ws;
@@ -125,6 +128,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* out = nullptr;
   const char* only = nullptr;
+  auto state = kernels::ChunkStateKernel::kAuto;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -132,8 +136,15 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       out = argv[++i];
+    } else if (std::strcmp(argv[i], "--state") == 0 && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "roles") == 0 || std::strcmp(argv[i + 1], "wide") == 0)) {
+      state = std::strcmp(argv[++i], "roles") == 0 ? kernels::ChunkStateKernel::kRoles
+                                                   : kernels::ChunkStateKernel::kWide;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--only SUBSTRING] [--out FILE.jsonl]\n", argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--only SUBSTRING] [--state roles|wide] [--out FILE.jsonl]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -154,7 +165,7 @@ int main(int argc, char** argv) {
   FILE* json = out ? std::fopen(out, "w") : nullptr;
   std::printf("| case | ms | TFLOP/s | of bf16 peak |\n|---|---:|---:|---:|\n");
   for (const Case& c : cases) {
-    const Result r = run(c, 20);
+    const Result r = run(c, 20, state);
     std::printf("| %s | %.4f | %.1f | %.1f%% |\n", c.name.c_str(), r.ms, r.tflops,
                 100 * r.floor_fraction);
     std::fflush(stdout);

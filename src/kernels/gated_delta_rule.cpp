@@ -217,6 +217,10 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
                             " (gated_delta_rule_chunk_workspace_bytes)");
   if (reinterpret_cast<uintptr_t>(p.workspace.raw()) % 16 != 0)
     return invalid_argument(op, ": workspace is not 16-byte aligned");
+  if (p.state_kernel == ChunkStateKernel::kWide &&
+      !(chunk_uses_tensor_cores(p) && p.v.size(2) % 128 == 0))
+    return invalid_argument(op, ": state_kernel kWide needs the tensor-core body (d_k 128) and ",
+                            "d_v a multiple of 128, got d_k ", p.q.size(2), ", d_v ", p.v.size(2));
 #if HYLA_WITH_CUDA
   return cuda::gated_delta_rule_chunk(p, stream);
 #else

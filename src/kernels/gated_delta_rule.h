@@ -22,6 +22,11 @@ namespace hyla::kernels {
 /// Chunk length of gated_delta_rule_chunk; chunk-boundary states fall on its multiples.
 inline constexpr int kDeltaRuleChunk = 64;
 
+/// The CUDA tensor-core chunk body's state kernels: kRoles, a block per 64 value rows with a state
+/// and an output warpgroup (the shortest chunk, for few blocks); kWide, a block per 128 value rows
+/// whose two warpgroups each do every product (the most chunks a second, for many blocks).
+enum class ChunkStateKernel { kAuto, kRoles, kWide };
+
 struct GatedDeltaRuleParams {
   TensorView q;  ///< [T, H, d_k] f32|bf16
   TensorView k;  ///< [T, H, d_k] f32|bf16
@@ -62,6 +67,9 @@ struct GatedDeltaRuleParams {
   /// (any shape), contiguous, 16-byte aligned, on the kernel's device. The CPU body ignores it.
   /// Calls that may run at the same time need separate workspaces.
   TensorView workspace;
+  /// chunk on CUDA, tensor-core body: which state kernel (kAuto: the entry's cost rule). The others
+  /// are for tests and benchmarks; kWide needs d_v % 128 == 0.
+  ChunkStateKernel state_kernel = ChunkStateKernel::kAuto;
 };
 
 /// Token-by-token algorithm (decode: T = B; verify: a few tokens per sequence).

@@ -30,27 +30,30 @@
 //                                          (blockwise inverse of the 64x64 unit triangle, in
 //                                          place), A_qk and the per-token factors kg, qg, kd; bf16
 //                                          copies of q, k, v when the inputs are not bf16 rows
-//   state    <<<(B, HV, d_v / 64), 288>>> (gated_delta_rule_chunk_mma_state.cu) the chunks of one
-//                                          sequence in order for 64 value rows of one value head:
-//                                          a state warpgroup with S^T in its wgmma accumulators, an
-//                                          output warpgroup forming O from the S^T and Delta^T
-//                                          tiles handed over in shared memory, a TMA warp bringing
-//                                          the next chunk's tiles while these compute; o leaves by
-//                                          tensor map. d_v an odd multiple of 32: the mma.sync
-//                                          kernel, 8 warps per 32 value rows.
-// When the state kernel's blocks leave enough SMs idle (a few long sequences), the two run side by
-// side: the prepare kernel as one block of several 128-thread teams on each SM the state
-// blocks leave, flagging each (chunk, value head) ready; the state kernel as its programmatic
-// dependent, its TMA warp waiting for a chunk's flag before loading the chunk.
+//   state    (gated_delta_rule_chunk_mma_state.cu) the chunks of one sequence in order for a
+//            block of value rows of one value head, S^T in wgmma accumulators, a TMA warp
+//            bringing the next chunk's tiles while the warpgroups compute, o out by tensor map:
+//     roles  <<<(B, HV, d_v / 64), 288>>>  64 rows: a state warpgroup (X, Delta, the update) and
+//                                          an output warpgroup forming O from the S^T and Delta^T
+//                                          tiles handed over in shared memory (shortest chunk);
+//     wide   <<<(B, HV, d_v / 128), 384>>> 128 rows: two warpgroups each doing every product of
+//                                          its 64 rows from one shared stage (most chunks a
+//                                          second per SM);
+//            d_v an odd multiple of 32: the mma.sync kernel, 8 warps per 32 value rows.
+// schedule() picks the state kernel and whether the two kernels run side by side: when the state
+// blocks leave SMs idle (a few long sequences), the prepare kernel runs as one block of several
+// 128-thread teams on each SM the state blocks leave, flagging each (chunk, value head) ready, and
+// the state kernel as its programmatic dependent, its TMA warp waiting for a chunk's flag before
+// loading the chunk.
 //
 // This file: the entry (the call's arguments and workspace regions, MmaArgs); what both kernels
 // share is in gated_delta_rule_chunk_mma.cuh.
 #include <algorithm>
+#include <vector>
 #ifdef HYLA_CHUNK_PROBE
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
-#include <vector>
 #endif
 
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
@@ -59,42 +62,74 @@ namespace hyla::kernels::cuda {
 
 namespace {
 
-/// How a call's two kernels run: one after the other (the prepare kernel a team a block, an item
-/// each), or side by side (one block of `teams` teams on each of prepare_blocks SMs).
+/// How a call's kernels run: which state kernel, and one after the other (the prepare kernel a
+/// team a block, an item each) or side by side (one block of `teams` teams on each of
+/// prepare_blocks SMs).
 struct Schedule {
+  ChunkStateKernel state = ChunkStateKernel::kRoles;
   bool side_by_side = false;
   int teams = 1;
   int64_t prepare_blocks = 0;  // <= 0: a block an item
 };
 
-/// Side by side when the state kernel's blocks (one per SM) leave enough SMs idle (a few long
-/// sequences): the prepare kernel first, as one block of teams on each SM the state blocks leave,
-/// marking items ready in chunk-major order; the state kernel as its programmatic dependent, each
-/// chunk's loads waiting for its flags. Neither can hold the other up: the prepare blocks wait for
-/// nothing and are all resident before the state kernel starts.
-Schedule schedule(const chunk_mma::MmaArgs& a, bool kda) {
+/// The state kernel and the mode by a cost model in units of the roles kernel's chunk time alone
+/// with one block per SM (measured on the H200: docs/perf.md, chunk prefill, eleventh session):
+/// - state blocks fill the GPU (the roles kernel's reach every SM): the wide kernel (more chunks a
+///   second per SM), one after the other;
+/// - else, for each kernel, one after the other costs c + r and side by side about max(c', r
+///   sms / (sms - blocks)): c the kernel's chunk time alone (roles 1, wide 1.55), c' beside the
+///   prepare kernel (roles 1.25, wide 1.55), r the prepare kernel's time over the roles kernel's
+///   on the whole GPU (GDN 0.46, KDA 1.2).
+/// Side by side, the prepare kernel runs first as one block of teams on each SM the state blocks
+/// leave, marking items ready in chunk-major order; the state kernel as its programmatic
+/// dependent, each chunk's loads waiting for its flags. Neither can hold the other up: the
+/// prepare blocks wait for nothing and are all resident before the state kernel starts.
+Schedule schedule(const chunk_mma::MmaArgs& a, bool kda, ChunkStateKernel asked) {
   int device = 0, sms = 0, smem_per_block = 0;
   HYLA_CUDA_CHECK(cudaGetDevice(&device));
   HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   HYLA_CUDA_CHECK(
       cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const int64_t blocks = chunk_mma::state_blocks(a);
   const int teams = chunk_mma::prepare_teams(kda, size_t(smem_per_block));
-  // In units of the state kernel's time: one after the other 1 + r, side by side about
-  // max(1, r sms / (sms - blocks)), r the prepare kernel's time over the state kernel's on the
-  // whole GPU (measured on the H200 at T 65536: docs/perf.md, chunk prefill). Side by side only
-  // when that promises a tenth or more: waiting on flags slows the state kernel's chunks.
   const double r = kda ? 1.2 : 0.46;
-  const bool can =
-      a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2 && blocks < sms;
-  bool side = can && std::max(1.0, r * sms / double(sms - blocks)) < 0.9 * (1.0 + r);
+  const bool wide_ok = chunk_mma::wide_fits(a);
+  const bool can_side = a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2;
+  struct Option {
+    ChunkStateKernel state;
+    bool side;
+    double cost;
+  };
+  std::vector<Option> options;
+  for (const ChunkStateKernel k : {ChunkStateKernel::kRoles, ChunkStateKernel::kWide}) {
+    if (asked != ChunkStateKernel::kAuto && k != asked) continue;
+    if (k == ChunkStateKernel::kWide && !wide_ok) continue;
+    const bool wide = k == ChunkStateKernel::kWide;
+    const double alone = wide ? 1.55 : 1.0, beside = wide ? 1.55 : 1.25;
+    const int64_t blocks = chunk_mma::state_blocks(a, k);
+    options.push_back({k, false, alone + r});
+    if (can_side && blocks < sms)
+      options.push_back({k, true, std::max(beside, r * sms / double(sms - blocks))});
+  }
+  HYLA_CHECK(!options.empty(), "chunk state kernel: the wide kernel needs d_v % 128 == 0 (d_v ",
+             a.d_v, ")");
+  Option best = options.front();
+  for (const Option& o : options)
+    if (o.cost < best.cost) best = o;
+  // Every SM busy with the roles kernel's blocks: the wide kernel's throughput wins.
+  if (asked == ChunkStateKernel::kAuto && wide_ok &&
+      chunk_mma::state_blocks(a, ChunkStateKernel::kRoles) >= sms)
+    best = {ChunkStateKernel::kWide, false, 0.0};
 #ifdef HYLA_CHUNK_PROBE
   // The probe build takes the mode from HYLA_CHUNK_PROBE_MODE (side | sequential) when set.
   if (const char* mode = std::getenv("HYLA_CHUNK_PROBE_MODE"))
-    side = can && std::string_view(mode) == "side";
+    best.side = can_side && std::string_view(mode) == "side" &&
+                chunk_mma::state_blocks(a, best.state) < sms;
 #endif
-  if (!side) return {};
-  return {.side_by_side = true, .teams = teams, .prepare_blocks = sms - blocks};
+  if (!best.side) return {.state = best.state};
+  return {.state = best.state,
+          .side_by_side = true,
+          .teams = teams,
+          .prepare_blocks = sms - chunk_mma::state_blocks(a, best.state)};
 }
 
 #ifdef HYLA_CHUNK_PROBE
@@ -192,7 +227,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
              int64_t(a.max_chunks) * a.HV * kC, " rows: TMA coordinates are 32-bit");
 
   const cudaStream_t s = to_cuda(stream);
-  const Schedule plan = schedule(a, kda);
+  const Schedule plan = schedule(a, kda, p.state_kernel);
 #ifdef HYLA_CHUNK_PROBE
   Probe probe(a, plan, s);
 #endif
@@ -203,7 +238,7 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
   }
   launch_chunk_plan(a, s);
   if (a.max_chunks > 0 && a.H > 0) launch_prepare(a, plan.teams, plan.prepare_blocks, s);
-  if (a.B > 0) launch_state(a, s);
+  if (a.B > 0) launch_state(a, plan.state, s);
 #ifdef HYLA_CHUNK_PROBE
   probe.write(s);
 #endif

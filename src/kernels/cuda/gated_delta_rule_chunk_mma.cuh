@@ -153,12 +153,15 @@ __device__ __forceinline__ void load_a(uint32_t (&af)[4], const bf16* a, int lda
 void launch_prepare(const MmaArgs& a, int teams, int64_t blocks, cudaStream_t s);
 /// The prepare kernel's teams a block of at most smem_per_block bytes of shared memory holds.
 int prepare_teams(bool kda, size_t smem_per_block);
-/// The state kernel over every sequence, value head and block of value rows, after encoding a's
-/// tensor maps (gated_delta_rule_chunk_mma_state.cu); with a.ready, as the prepare kernel's
-/// programmatic dependent (d_v a multiple of 64 only).
-void launch_state(MmaArgs& a, cudaStream_t s);
-/// Blocks of the state kernel for a call (a value head's d_v / 64 or d_v / 32 row blocks per
-/// sequence).
-int64_t state_blocks(const MmaArgs& a);
+/// The state kernel (kRoles or kWide) over every sequence, value head and block of value rows,
+/// after encoding a's tensor maps (gated_delta_rule_chunk_mma_state.cu); with a.ready, as the
+/// prepare kernel's programmatic dependent (d_v a multiple of 64 only). kRoles takes d_v an odd
+/// multiple of 32 to its mma.sync kernel.
+void launch_state(MmaArgs& a, ChunkStateKernel kernel, cudaStream_t s);
+/// Blocks of that state kernel for a call (a value head's d_v / 128, d_v / 64 or d_v / 32 row
+/// blocks per sequence).
+int64_t state_blocks(const MmaArgs& a, ChunkStateKernel kernel);
+/// The wide kernel takes the call (d_v a multiple of 128).
+bool wide_fits(const MmaArgs& a);
 
 }  // namespace hyla::kernels::cuda::chunk_mma

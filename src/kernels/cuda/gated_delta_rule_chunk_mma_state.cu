@@ -1,7 +1,9 @@
 // The state kernels of the tensor-core chunk body (gated_delta_rule_chunk_mma.cu has the scheme):
 // the chunks of one sequence in order for a block of value rows of one value head, the state in
 // registers, each chunk's tiles brought by TMA while the previous one computes. d_v a multiple of
-// 64: wgmma_state_kernel (warpgroup roles); else mma_state_kernel (mma.sync, 32 value rows).
+// 64: wgmma_state_kernel (the roles kernel: state and output warpgroups) or, d_v a multiple of 128,
+// wgmma_wide_kernel (two warpgroups each doing every product), as the entry's schedule() picks;
+// else mma_state_kernel (mma.sync, 32 value rows).
 #include "core/cuda_launch.h"
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -101,7 +103,10 @@ __device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t
       tma_load_3d(st.q + box * kBox, &a.map_q, 64 * box, kh, t0, full);
     }
   }
-  tma_load_3d(st.v, &a.map_v, v0, hv, t0, full);
+  // v: boxes of 64 columns (VT = 32: one box of 32)
+#pragma unroll
+  for (int box = 0; box < (VT >= 64 ? VT / 64 : 1); ++box)
+    tma_load_3d(st.v + box * kBox, &a.map_v, v0 + 64 * box, hv, t0, full);
   tma_load_2d(st.t, &a.map_t, 0, row, full);
   tma_load_2d(st.aqk, &a.map_aqk, 0, row, full);
   bulk_load(st.vec, a.vec + int64_t(row) * 4, 4 * kC * sizeof(float), full);
@@ -133,8 +138,10 @@ __device__ void zero_tail(StateStage<VT, kKda>& st, int n, int tid) {
       }
     }
   }
+  // v: [64 tokens][VT] (VT <= 64) or boxes of [64 tokens][64] (VT a multiple of 64)
+  constexpr int kPieces = VT < 64 ? VT / 8 : 8;
   for (int e = tid; e < kC * VT / 8; e += kThreads) {
-    const int r = e / (VT / 8);
+    const int r = (e / kPieces) % kC;
     if (r >= n) *reinterpret_cast<uint4*>(st.v + e * 8) = zero;
   }
 }
@@ -755,6 +762,256 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
 }
 
+// ---- the wide kernel: 128 value rows a block, every product in each row warpgroup ----
+// Two warpgroups of 64 value rows share each stage (q, k, T, A_qk and the factors come once for 128
+// rows: the roles kernel's blocks read them once per 64), and each works alone on its rows: X =
+// S^T K^T and Xq = S^T Q^T from the same register A, P^T and Delta^T, O^T = Xq Diag(qg) + Delta^T
+// A_qk^T and the state's update, Delta^T as register A for both. No hand-over tiles, so the two
+// fit beside two stages and their chains fill each other's waits: more chunks a second per SM than
+// the roles kernel (many blocks), each chunk later (few blocks). The third warpgroup is the TMA
+// warp's (its other warps leave at once); it gives its registers to the two by setmaxnreg (~230 a
+// thread without spills).
+constexpr int kWide = 2;  // row warpgroups
+constexpr int kWideThreads = 128 * (kWide + 1);
+template <bool kKda>
+struct alignas(1024) WideSmem {
+  StateStage<64 * kWide, kKda> stage[2];
+  alignas(1024) bf16 o16[kWide][kBox];  // each warpgroup's chunk of o for the tensor-map store
+  float o[kWide][kC * (kWgVT + 4)];     // else o for store_o
+  uint64_t full[2], empty[2];
+};
+template <bool kKda>
+constexpr size_t kWideSmemBytes = sizeof(WideSmem<kKda>) + 1024;
+constexpr int kBarWideTail = 1, kBarWideOut = 2;  // + warpgroup
+
+template <int kRegs, bool kInc>
+__device__ __forceinline__ void set_max_registers() {
+  if constexpr (kInc)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+template <bool kKda>
+__global__ void __launch_bounds__(kWideThreads, 1)
+    wgmma_wide_kernel(const __grid_constant__ MmaArgs a) {
+  constexpr int VT = 64 * kWide;  // the block's value rows
+  const int b = blockIdx.x, hv = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wg = warp >> 2, wwarp = warp & 3, tid = threadIdx.x & 127;
+  const int v0 = blockIdx.z * VT + wg * kWgVT;  // this warpgroup's value rows
+  const int g = lane >> 2, c = lane & 3, lane7 = lane & 7;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  WideSmem<kKda>& s = *reinterpret_cast<WideSmem<kKda>*>(
+      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], kWide);
+    mbar_init_fence();
+  }
+  int begin, end;
+  chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
+  const int first = a.chunk_first[b], last = a.chunk_first[b + 1], chunks = last - first;
+  const auto chunk_t0 = [&](int use) { return begin + use * kC; };
+  __syncthreads();  // the mbarriers are initialised
+
+  if (warp >= 4 * kWide) {  // TMA: chunk `use` into stage use % 2 once every warpgroup left use - 2
+    set_max_registers<40, false>();
+    if (warp == 4 * kWide && lane == 0) {
+      const int kh = hv / a.group;
+      for (int use = 0; use < chunks; ++use) {
+        if (a.ready != nullptr) wait_prepared(a, first + use, hv, kh);
+        if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
+        issue_stage<VT, kKda>(a, s.stage[use & 1], &s.full[use & 1], first + use, chunk_t0(use), kh,
+                              hv, blockIdx.z * VT);
+      }
+      if (a.ready != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+    return;
+  }
+  set_max_registers<232, true>();
+  const auto tile_desc = [](uint64_t stage_desc, const void* stage, const void* tile,
+                            uint32_t bytes) {
+    const auto offset = uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage));
+    return wgmma::desc_advance(stage_desc, offset + bytes);
+  };
+  const int row0 = wwarp * 16 + g;  // this thread's state rows row0, row0 + 8
+  // V^T's fragments from this warpgroup's v box, as in the kernel above.
+  const uint32_t vt_off = wg * kBoxBytes + (8 * (lane >> 4) + lane7) * kRowBytes +
+                          ((((2 * wwarp) | ((lane >> 3) & 1)) ^ lane7) << 4);
+  const int64_t state_floats = int64_t(a.d_v) * kD;
+  const auto state_off = [&](int i) {
+    const int row = row0 + ((i >> 1) & 1) * 8, key = 8 * (i >> 2) + 2 * c + (i & 1);
+    return int64_t(v0 + row) * kD + key;
+  };
+  const auto state_at = [&](int64_t slot, int i) {
+    return (slot * a.HV + hv) * state_floats + state_off(i);
+  };
+  float S[64];
+  const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    S[i] = initial < 0   ? 0.0f
+           : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[state_at(initial, i)])
+                         : static_cast<const float*>(a.pool)[state_at(initial, i)];
+  }
+  int64_t boundary = a.boundary_first[b];
+  const auto chunk = [&]<int p>(int use) {
+    const int t0 = chunk_t0(use), n = min(kC, end - t0);
+    StateStage<VT, kKda>& st = s.stage[p];
+    mbar_wait(&s.full[p], (use >> 1) & 1);
+    if (n < kC) {
+      zero_tail<VT, kKda, 128 * kWide>(st, n, threadIdx.x);
+      fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
+      named_sync(kBarWideTail, 128 * kWide);
+    }
+    const uint32_t stage_addr = smem_addr(&st);
+    const uint64_t k_major = wgmma::desc_k_major(stage_addr);
+
+    // X = S^T K^T and Xq = S^T Q^T (into O), A = S^T as bf16; X first.
+    uint32_t sa[8][4];
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+    float X[32], O[32];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
+                              ks > 0);
+    wgmma::commit();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma::mma_m64n64k16<0>(O, sa[ks], tile_desc(k_major, &st, st.q, wgmma::k_step_bytes(ks)),
+                              ks > 0);
+    wgmma::commit();
+    wgmma::wait<1>();
+    wgmma::fence_operand(X);
+
+    // P^T = V^T - X Diag(kg), then Delta^T = P^T T^T.
+    const float* kg = kKda ? nullptr : st.vec;
+    [[maybe_unused]] const float* qg = kKda ? nullptr : st.vec + kC;
+    [[maybe_unused]] const float* kd = kKda ? nullptr : st.vec + 2 * kC;
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t vt[4];
+      ldsm_x4_trans(vt, smem_addr(st.v) + vt_off + ks * 16 * kRowBytes);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = 2 * ks + (i >> 1), e = (i & 1) * 2;
+        const float2 f =
+            kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kg + 8 * j + 2 * c);
+        const __nv_bfloat162 v2 = *reinterpret_cast<const __nv_bfloat162*>(&vt[i]);
+        pa[ks][(i >> 1) * 2 + (i & 1)] = pack_bf16(__low2float(v2) - X[4 * j + e] * f.x,
+                                                   __high2float(v2) - X[4 * j + e + 1] * f.y);
+      }
+    }
+    float D[32];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
+                              ks > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(D);
+    wgmma::fence_operand(O);
+
+    // O^T = Xq Diag(qg) + Delta^T A_qk^T; S^T = exp(G_n) S^T + Delta^T Diag(kd) K.
+    if constexpr (!kKda) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 f = *reinterpret_cast<const float2*>(qg + 8 * j + 2 * c);
+        O[4 * j] *= f.x, O[4 * j + 1] *= f.y, O[4 * j + 2] *= f.x, O[4 * j + 3] *= f.y;
+      }
+    }
+    uint32_t da[4][4], dd[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      acc_to_a(da[ks], D, ks, nullptr, c);
+      if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
+    }
+    if constexpr (!kKda) {
+      const float decay = __expf(st.vec[3 * kC + n - 1]);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) S[i] *= decay;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float2 d = *reinterpret_cast<const float2*>(st.vec + 8 * j + 2 * c);
+        S[4 * j] *= d.x, S[4 * j + 1] *= d.y, S[4 * j + 2] *= d.x, S[4 * j + 3] *= d.y;
+      }
+    }
+    const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n64k16<0>(O, da[ks], tile_desc(k_major, &st, st.aqk, wgmma::k_step_bytes(ks)),
+                              true);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n128k16<1>(S, kKda ? da[ks] : dd[ks],
+                               tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes),
+                               true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(O);
+    wgmma::fence_operand(S);
+    if (tid == 0) mbar_arrive(&s.empty[p]);  // this warpgroup has read the stage
+    if (n == kC) {
+      if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
+        float* dst = a.chunk_states + (boundary * a.HV + hv) * state_floats;
+#pragma unroll
+        for (int i = 0; i < 64; i += 2)
+          *reinterpret_cast<float2*>(dst + state_off(i)) = make_float2(S[i], S[i + 1]);
+      }
+      ++boundary;
+    }
+
+    // o: O^T's 8x8 blocks transposed into o16 [t][64 value rows] for the tensor-map store, or
+    // through the f32 tile.
+    if (a.o_tma && n == kC) {
+      if (tid == 0) bulk_wait_read<0>();  // the last o16 tile has left
+      named_sync(kBarWideOut + wg, 128);
+#pragma unroll
+      for (int jp = 0; jp < 4; ++jp) {
+        uint32_t r[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 2 * jp + (i >> 1), e = (i & 1) * 2;
+          r[i] = pack_bf16(O[4 * j + e], O[4 * j + e + 1]);
+        }
+        const int i = lane >> 3, t = 8 * (2 * jp + (i >> 1)) + lane7;
+        stsm_x4_trans(
+            smem_addr(s.o16[wg]) + t * kRowBytes + ((((2 * wwarp) | (i & 1)) ^ lane7) << 4), r);
+      }
+      fence_proxy_async();  // before the tensor-map store reads o16
+      named_sync(kBarWideOut + wg, 128);
+      if (tid == 0) tma_store_3d(&a.map_o, s.o16[wg], v0, hv, t0);
+    } else {
+      named_sync(kBarWideOut + wg, 128);  // the last store_o has read the tile
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int row = 16 * wwarp + g + ((i >> 1) & 1) * 8, t = 8 * (i >> 2) + 2 * c + (i & 1);
+        s.o[wg][t * (kWgVT + 4) + row] = O[i];
+      }
+      named_sync(kBarWideOut + wg, 128);
+      store_o<kWgVT, 128>(a, s.o[wg], t0, n, hv, v0, tid);
+    }
+  };
+  for_each_chunk(chunks, chunk);
+  if (tid == 0) bulk_wait_read<0>();  // before the block's memory goes
+
+  const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
+  if (final_slot < 0) return;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    if (a.pool_bf16)
+      static_cast<bf16*>(a.pool)[state_at(final_slot, i)] = __float2bfloat16_rn(S[i]);
+    else
+      static_cast<float*>(a.pool)[state_at(final_slot, i)] = S[i];
+  }
+}
+
 /// The state kernels' tensor maps (MmaArgs::map_*) for value tiles of VT columns; o's (whole
 /// chunks written by the wgmma kernel) when a.o_tma. The rows read or written as they are passed
 /// chunk_bf16_rows (16-byte aligned, strides multiples of 16 bytes, heads inside tokens), as TMA
@@ -812,15 +1069,35 @@ void launch_wgmma(MmaArgs& a, cudaStream_t s) {
       s, a);
 }
 
-}  // namespace
-
-int64_t state_blocks(const MmaArgs& a) {
-  return int64_t(a.B) * a.HV * (a.d_v % kWgVT == 0 ? a.d_v / kWgVT : a.d_v / 32);
+template <bool kKda>
+void launch_wide(MmaArgs& a, cudaStream_t s) {
+  if (a.T > 0) encode_state_maps(a, kKda, kWgVT);
+  allow_dynamic_smem(wgmma_wide_kernel<kKda>, kWideSmemBytes<kKda>);
+  launch_kernel_ex<wgmma_wide_kernel<kKda>>(
+      LaunchShape{.grid = dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / (kWgVT * kWide))),
+                  .block = dim3(kWideThreads),
+                  .shared_bytes = kWideSmemBytes<kKda>,
+                  .dependent = a.ready != nullptr},
+      s, a);
 }
 
-void launch_state(MmaArgs& a, cudaStream_t s) {
+}  // namespace
+
+bool wide_fits(const MmaArgs& a) { return a.d_v % (kWgVT * kWide) == 0; }
+
+int64_t state_blocks(const MmaArgs& a, ChunkStateKernel kernel) {
+  const int64_t rows = kernel == ChunkStateKernel::kWide ? kWgVT * kWide
+                       : a.d_v % kWgVT == 0              ? kWgVT
+                                                         : 32;
+  return int64_t(a.B) * a.HV * (a.d_v / rows);
+}
+
+void launch_state(MmaArgs& a, ChunkStateKernel kernel, cudaStream_t s) {
   HYLA_CHECK(a.ready == nullptr || a.d_v % kWgVT == 0, "side by side needs d_v % 64 == 0");
-  if (a.d_v % kWgVT == 0) {
+  if (kernel == ChunkStateKernel::kWide) {
+    HYLA_CHECK(wide_fits(a), "the wide state kernel needs d_v % 128 == 0");
+    a.per_channel ? launch_wide<true>(a, s) : launch_wide<false>(a, s);
+  } else if (a.d_v % kWgVT == 0) {
     a.per_channel ? launch_wgmma<true>(a, s) : launch_wgmma<false>(a, s);
   } else {  // d_v an odd multiple of 32
     a.per_channel ? launch_kernel<32, true>(a, s) : launch_kernel<32, false>(a, s);

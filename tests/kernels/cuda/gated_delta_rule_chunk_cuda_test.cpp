@@ -127,6 +127,7 @@ struct ChunkCase {
   bool commit = true;    // final_slots given
   bool l2norm = true;
   float scale = 0.0f;
+  ChunkStateKernel state = ChunkStateKernel::kAuto;  // the tensor-core body's state kernel
 
   std::string name() const {
     std::string lens;
@@ -134,7 +135,10 @@ struct ChunkCase {
     return str_cat("T", lens, "_H", H, "_HV", HV, "_dk", d_k, "_dv", d_v, "_", gate_name(gate), "_",
                    dtype_name(act), "_pool", dtype_name(pool), chunk_states ? "_chunkstates" : "",
                    strided ? "_strided" : "", initial ? "" : "_noinitial",
-                   commit ? "" : "_nocommit", l2norm ? "" : "_nol2norm");
+                   commit ? "" : "_nocommit", l2norm ? "" : "_nol2norm",
+                   state == ChunkStateKernel::kRoles  ? "_roles"
+                   : state == ChunkStateKernel::kWide ? "_wide"
+                                                      : "");
   }
   int64_t T() const {
     int64_t t = 0;
@@ -244,6 +248,7 @@ HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
   p.o = h.o.view;
   p.use_qk_l2norm = c.l2norm;
   p.scale = c.scale;
+  p.state_kernel = c.state;
   if (c.uses_pool()) p.state_pool = h.pool;
   if (c.initial) p.initial_slots = h.initial_slots;
   if (c.commit) p.final_slots = h.final_slots;
@@ -409,7 +414,8 @@ TEST(GatedDeltaRuleChunkCudaTest, MatchesCpuBody) {
 // tiles (32 rows; 64 rows once the grid gives every SM two blocks: 40 x 4 x 2 = 320 blocks); KDA
 // with the plain, the safe and a strong gate (both of its A paths). The 64-row cases of a few
 // sequences run the two kernels side by side (state blocks <= half the SMs: GVA 2:1 with GDN's
-// q / k copies among them), the 40-sequence ones one after the other.
+// q / k copies among them), the 40-sequence ones one after the other; d_v 128 of 40 sequences
+// takes the wide state kernel, and three cases ask for the kernel the entry would not pick.
 TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
   HYLA_SKIP_WITHOUT_CUDA();
   std::vector<ChunkCase> cases;
@@ -434,6 +440,22 @@ TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
   cases.push_back(
       {.seqlens = many, .H = 2, .HV = 4, .d_k = 128, .d_v = 128, .act = kBF16, .pool = kBF16});
   cases.push_back({.seqlens = many, .H = 4, .HV = 4, .d_k = 128, .d_v = 64, .commit = false});
+  // Each state kernel where the entry would pick the other: the roles kernel one after the other
+  // at d_v 128, the wide one side by side (with GDN's q / k copies, partial chunks and an empty
+  // sequence).
+  cases.push_back({.seqlens = many,
+                   .H = 2,
+                   .HV = 4,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .act = kBF16,
+                   .state = ChunkStateKernel::kRoles});
+  cases.push_back({.seqlens = {1, 63, 64, 65, 200, 1000, 0, 130},
+                   .H = 1,
+                   .HV = 2,
+                   .d_k = 128,
+                   .d_v = 256,
+                   .state = ChunkStateKernel::kWide});
   cases.push_back({.seqlens = {65, 130},
                    .H = 1,
                    .HV = 2,
@@ -466,6 +488,13 @@ TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
                    .d_v = 128,
                    .gate = Gate::kKdaStrong,
                    .act = kBF16});
+  cases.push_back({.seqlens = {300, 5, 129, 64},
+                   .H = 2,
+                   .HV = 2,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .gate = Gate::kKdaSafe,
+                   .state = ChunkStateKernel::kWide});
   cases.push_back({.seqlens = many,
                    .H = 2,
                    .HV = 4,
@@ -521,7 +550,7 @@ TEST(GatedDeltaRuleChunkCudaTest, ExtendRunsChunkForLongSequences) {
   EXPECT_FALSE(uses_chunk({200}, 256, false)) << "d_k beyond the CUDA chunk body: recurrent";
 }
 
-TEST(GatedDeltaRuleChunkCudaTest, WorkspaceAndKeyWidthAreChecked) {
+TEST(GatedDeltaRuleChunkCudaTest, WorkspaceKeyWidthAndStateKernelAreChecked) {
   HYLA_SKIP_WITHOUT_CUDA();
   std::mt19937 rng(base_seed());
   const ChunkCase c{.seqlens = {70, 5}};
@@ -542,6 +571,14 @@ TEST(GatedDeltaRuleChunkCudaTest, WorkspaceAndKeyWidthAreChecked) {
   DeviceProblem dw = make_device_problem(wide, hw);
   EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(dw.params), "at most 128");
   EXPECT_TRUE(still_poisoned(on_host(dw.o.storage))) << "a refused call wrote o";
+
+  // The wide state kernel asked where it cannot run (d_v 64): refused, nothing written.
+  const ChunkCase narrow{
+      .seqlens = {70}, .H = 1, .HV = 2, .d_k = 128, .d_v = 64, .state = ChunkStateKernel::kWide};
+  HostProblem hn = make_host_problem(narrow, rng);
+  DeviceProblem dn = make_device_problem(narrow, hn);
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(dn.params), "d_v a multiple of 128");
+  EXPECT_TRUE(still_poisoned(on_host(dn.o.storage))) << "a refused call wrote o";
 }
 
 }  // namespace
