@@ -139,7 +139,8 @@ class Probe {
  public:
   Probe(chunk_mma::MmaArgs& a, const Schedule& plan, cudaStream_t s)
       : path_(std::getenv("HYLA_CHUNK_PROBE_OUT")),
-        words_(int64_t(a.max_chunks) * a.HV * (1 + 2 * std::max(a.d_v / 64, 1))),
+        words_(int64_t(a.max_chunks) * a.HV *
+               (1 + chunk_mma::kProbeWords * std::max(a.d_v / 64, 1))),
         header_{uint64_t(a.max_chunks), uint64_t(a.HV), uint64_t(std::max(a.d_v / 64, 1)),
                 uint64_t(a.B), plan.side_by_side} {
     if (path_ == nullptr) return;

@@ -53,7 +53,7 @@ struct MmaArgs : ChunkCall {
 #ifdef HYLA_CHUNK_PROBE
   // The timeline probe (a diagnostic build: -DHYLA_CHUNK_PROBE; tools/gpu/chunk_probe.sh): when
   // a (chunk, value head) item was done, [max_chunks, HV], then per state block of sequence 0
-  // (value head, row block) and chunk the TMA thread's wait start and issue time.
+  // (value head, row block) and chunk kProbeWords words (probe_record).
   unsigned long long* probe;
 #endif
   // The state kernel's tiles (encode_state_maps): k / q rows (GDN, [T, H, 128]) or Kg / Qg / Kd
@@ -81,6 +81,7 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
 }
 
 #ifdef HYLA_CHUNK_PROBE
+constexpr int kProbeWords = 10;  // per state block of sequence 0 and chunk
 __device__ __forceinline__ unsigned long long probe_clock() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -484,6 +484,17 @@ __device__ __forceinline__ void store_a(uint32_t tile, const uint32_t (&af)[4], 
   stsm_x4(tile + (ks >> 2) * kBoxBytes + row * kRowBytes + ((piece ^ (lane & 7)) << 4), af);
 }
 
+#ifdef HYLA_CHUNK_PROBE
+/// The probe's record of chunk `use` of this block (sequence 0): the TMA thread's wait start and
+/// issue time, the state warpgroup's `full` wait start and end and its SM clock then, then waits
+/// (ns): the state warpgroup's for the output warpgroup to have read its tiles (kBarRead), the
+/// output warpgroup's for its last o store to have read o16, for S^T, for Delta^T; the SM's id.
+__device__ __forceinline__ unsigned long long* probe_record(const MmaArgs& a, int use) {
+  return a.probe + int64_t(a.max_chunks) * a.HV +
+         (int64_t(blockIdx.y * gridDim.z + blockIdx.z) * a.max_chunks + use) * kProbeWords;
+}
+#endif
+
 /// step.template operator()<use % 2>(use) for use = 0 .. chunks - 1: the stage parity as a
 /// template argument, so that every descriptor and barrier id of a step is a constant offset from
 /// the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
@@ -527,9 +538,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
 #ifdef HYLA_CHUNK_PROBE
         if (a.probe != nullptr && b == 0) {
-          unsigned long long* at =
-              a.probe + int64_t(a.max_chunks) * a.HV +
-              (int64_t(blockIdx.y * gridDim.z + blockIdx.z) * a.max_chunks + use) * 2;
+          unsigned long long* at = probe_record(a, use);
           at[0] = wait_start, at[1] = probe_clock();
         }
 #endif
@@ -559,7 +568,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const uint64_t st_k = wgmma::desc_k_major(smem_addr(s.st16[p]));
       const uint64_t d_k = wgmma::desc_k_major(smem_addr(s.d16[p]));
       float O[32];
+#ifdef HYLA_CHUNK_PROBE
+      unsigned long long t_probe = probe_clock();
+      const bool probe_here = a.probe != nullptr && b == 0 && tid == 0;
+#endif
       named_sync(kBarStIn + p, 256);
+#ifdef HYLA_CHUNK_PROBE
+      if (probe_here) probe_record(a, use)[7] = probe_clock() - t_probe;
+#endif
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks)
@@ -576,7 +592,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           O[4 * j] *= f.x, O[4 * j + 1] *= f.y, O[4 * j + 2] *= f.x, O[4 * j + 3] *= f.y;
         }
       }
+#ifdef HYLA_CHUNK_PROBE
+      t_probe = probe_clock();
+#endif
       named_sync(kBarDeltaIn + p, 256);
+#ifdef HYLA_CHUNK_PROBE
+      if (probe_here) probe_record(a, use)[8] = probe_clock() - t_probe;
+#endif
       wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
@@ -588,10 +610,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       if (use + 2 < chunks) named_arrive(kBarRead + p, 256);  // st16[p], d16[p] read
       if (tid == 0) mbar_arrive(&s.empty[p]);                 // and the stage
       if (a.o_tma && n == kC) {
+#ifdef HYLA_CHUNK_PROBE
+        t_probe = probe_clock();
+#endif
         if (tid == 0) bulk_wait_read<0>();  // the last o16 tile has left
         named_sync(kBarOut, 128);
-        // O^T's 8x8 blocks, transposed, into o16 [t][64 value rows] (128-byte swizzle): matrix
-        // i of step jp holds tokens 8 j .. + 7, j = 2 jp + i / 2, value rows 16 ow + 8 (i % 2) ..
+#ifdef HYLA_CHUNK_PROBE
+        if (probe_here) probe_record(a, use)[6] = probe_clock() - t_probe;
+#endif
+          // O^T's 8x8 blocks, transposed, into o16 [t][64 value rows] (128-byte swizzle): matrix
+          // i of step jp holds tokens 8 j .. + 7, j = 2 jp + i / 2, value rows 16 ow + 8 (i % 2) ..
 #pragma unroll
         for (int jp = 0; jp < 4; ++jp) {
           uint32_t r[4];
@@ -649,7 +677,18 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto state_chunk = [&]<int p>(int use) {
     const int n = min(kC, end - chunk_t0(use));
     StateStage<VT, kKda>& st = s.stage[p];
+#ifdef HYLA_CHUNK_PROBE
+    const unsigned long long full_start = probe_clock();
+#endif
     mbar_wait(&s.full[p], (use >> 1) & 1);
+#ifdef HYLA_CHUNK_PROBE
+    if (a.probe != nullptr && b == 0 && threadIdx.x == 0) {
+      unsigned long long* at = probe_record(a, use);
+      uint32_t smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      at[2] = full_start, at[3] = probe_clock(), at[4] = clock64(), at[9] = smid;
+    }
+#endif
     if (n < kC) {
       zero_tail<VT, kKda, 128>(st, n, threadIdx.x);
       fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
@@ -672,7 +711,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
                               ks > 0);
     wgmma::commit();
+#ifdef HYLA_CHUNK_PROBE
+    const unsigned long long read_start = probe_clock();
+#endif
     if (use >= 2) named_sync(kBarRead + p, 256);  // chunk use - 2's tiles are read
+#ifdef HYLA_CHUNK_PROBE
+    if (a.probe != nullptr && b == 0 && threadIdx.x == 0)
+      probe_record(a, use)[5] = probe_clock() - read_start;
+#endif
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks) store_a(smem_addr(s.st16[p]), sa[ks], ks, warp, lane);
     fence_proxy_async();
