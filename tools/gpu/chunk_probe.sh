@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine: the tensor-core chunk kernels' timeline. Builds the chunk
 # benchmark with -DHYLA_CHUNK_PROBE (the prepare kernel records when each (chunk, value head) item
-# is done; the state kernel's TMA thread, for the blocks of sequence 0, when it starts waiting for a
-# chunk (flags, then the stage) and when it issues the chunk's loads), runs one case side by side
-# and one after the other (HYLA_CHUNK_PROBE_MODE), and prints tools/gpu/chunk_probe.py's summary
-# of each. Times come from %globaltimer; the probe's stores cost a little, so take the bench's own
+# is done; for the roles state kernel's blocks of sequence 0, its TMA thread when it starts waiting
+# for a chunk (flags, then the stage) and when it issues the chunk's loads, the state warpgroup's
+# wait for the chunk's tiles with its SM clock and SM id, and the warpgroups' waits for each
+# other), runs one case side by side and one after the other (HYLA_CHUNK_PROBE_MODE), and prints
+# tools/gpu/chunk_probe.py's summary of each (with each block's chunk time by SM id). Times come from %globaltimer; the probe's stores cost a little, so take the bench's own
 # rows (tools/gpu/model.sh chunk) for times.
 #   bash tools/gpu/chunk_probe.sh ["CASE"]   (a case name of the bench; default "gdn H16/HV32 T65536")
 set -uo pipefail
