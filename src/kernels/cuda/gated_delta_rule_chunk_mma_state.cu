@@ -830,6 +830,8 @@ template <bool kKda>
 constexpr size_t kWideSmemBytes = sizeof(WideSmem<kKda>) + 1024;
 constexpr int kBarWideTail = 1, kBarWideOut = 2;  // + warpgroup
 
+/// The calling warpgroup's registers a thread (setmaxnreg: .dec gives them back to the SM, .inc
+/// waits until enough are free).
 template <int kRegs, bool kInc>
 __device__ __forceinline__ void set_max_registers() {
   if constexpr (kInc)
