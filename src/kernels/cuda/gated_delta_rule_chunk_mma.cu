@@ -49,11 +49,12 @@
 // This file: the entry (the call's arguments and workspace regions, MmaArgs); what both kernels
 // share is in gated_delta_rule_chunk_mma.cuh.
 #include <algorithm>
-#include <vector>
+#include <limits>
 #ifdef HYLA_CHUNK_PROBE
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 #endif
 
 #include "kernels/cuda/gated_delta_rule_chunk_mma.cuh"
@@ -91,45 +92,41 @@ Schedule schedule(const chunk_mma::MmaArgs& a, bool kda, ChunkStateKernel asked)
   HYLA_CUDA_CHECK(
       cudaDeviceGetAttribute(&smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const int teams = chunk_mma::prepare_teams(kda, size_t(smem_per_block));
-  const double r = kda ? 1.2 : 0.46;
   const bool wide_ok = chunk_mma::wide_fits(a);
   const bool can_side = a.d_v % 64 == 0 && a.B > 0 && a.H > 0 && a.max_chunks > 0 && teams >= 2;
-  struct Option {
-    ChunkStateKernel state;
-    bool side;
-    double cost;
-  };
-  std::vector<Option> options;
-  for (const ChunkStateKernel k : {ChunkStateKernel::kRoles, ChunkStateKernel::kWide}) {
-    if (asked != ChunkStateKernel::kAuto && k != asked) continue;
-    if (k == ChunkStateKernel::kWide && !wide_ok) continue;
-    const bool wide = k == ChunkStateKernel::kWide;
-    const double alone = wide ? 1.55 : 1.0, beside = wide ? 1.55 : 1.25;
-    const int64_t blocks = chunk_mma::state_blocks(a, k);
-    options.push_back({k, false, alone + r});
-    if (can_side && blocks < sms)
-      options.push_back({k, true, std::max(beside, r * sms / double(sms - blocks))});
-  }
-  HYLA_CHECK(!options.empty(), "chunk state kernel: the wide kernel needs d_v % 128 == 0 (d_v ",
-             a.d_v, ")");
-  Option best = options.front();
-  for (const Option& o : options)
-    if (o.cost < best.cost) best = o;
-  // Every SM busy with the roles kernel's blocks: the wide kernel's throughput wins.
+  Schedule best;
   if (asked == ChunkStateKernel::kAuto && wide_ok &&
-      chunk_mma::state_blocks(a, ChunkStateKernel::kRoles) >= sms)
-    best = {ChunkStateKernel::kWide, false, 0.0};
+      chunk_mma::state_blocks(a, ChunkStateKernel::kRoles) >= sms) {
+    best.state = ChunkStateKernel::kWide;  // every SM busy: the wide kernel's throughput wins
+  } else {
+    const double r = kda ? 1.2 : 0.46;
+    double best_cost = std::numeric_limits<double>::infinity();
+    const auto consider = [&](ChunkStateKernel k, bool side, double cost) {
+      if (cost < best_cost) best_cost = cost, best.state = k, best.side_by_side = side;
+    };
+    for (const ChunkStateKernel k : {ChunkStateKernel::kRoles, ChunkStateKernel::kWide}) {
+      const bool wide = k == ChunkStateKernel::kWide;
+      if ((asked != ChunkStateKernel::kAuto && k != asked) || (wide && !wide_ok)) continue;
+      const double alone = wide ? 1.55 : 1.0, beside = wide ? 1.55 : 1.25;
+      const int64_t blocks = chunk_mma::state_blocks(a, k);
+      consider(k, false, alone + r);
+      if (can_side && blocks < sms)
+        consider(k, true, std::max(beside, r * sms / double(sms - blocks)));
+    }
+    HYLA_CHECK(best_cost < std::numeric_limits<double>::infinity(),
+               "chunk state kernel: the wide kernel needs d_v % 128 == 0 (d_v ", a.d_v, ")");
+  }
 #ifdef HYLA_CHUNK_PROBE
   // The probe build takes the mode from HYLA_CHUNK_PROBE_MODE (side | sequential) when set.
   if (const char* mode = std::getenv("HYLA_CHUNK_PROBE_MODE"))
-    best.side = can_side && std::string_view(mode) == "side" &&
-                chunk_mma::state_blocks(a, best.state) < sms;
+    best.side_by_side = can_side && std::string_view(mode) == "side" &&
+                        chunk_mma::state_blocks(a, best.state) < sms;
 #endif
-  if (!best.side) return {.state = best.state};
-  return {.state = best.state,
-          .side_by_side = true,
-          .teams = teams,
-          .prepare_blocks = sms - chunk_mma::state_blocks(a, best.state)};
+  if (best.side_by_side) {
+    best.teams = teams;
+    best.prepare_blocks = sms - chunk_mma::state_blocks(a, best.state);
+  }
+  return best;
 }
 
 #ifdef HYLA_CHUNK_PROBE

@@ -495,6 +495,162 @@ __device__ __forceinline__ unsigned long long* probe_record(const MmaArgs& a, in
 }
 #endif
 
+/// A stage tile's descriptor: the stage's, advanced by the tile's (constant) offset and `bytes`.
+__device__ __forceinline__ uint64_t tile_desc(uint64_t stage_desc, const void* stage,
+                                              const void* tile, uint32_t bytes) {
+  const auto offset = uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage));
+  return wgmma::desc_advance(stage_desc, offset + bytes);
+}
+
+/// The TMA warp's lane 0: chunk `use` into stage use % 2 once the stage's readers (the `empty`
+/// arrivals) have left chunk use - 2. Side by side it first waits for the chunk's ready flags
+/// (their latency passes while the warpgroups still read the stage) and at the end for the prepare
+/// kernel (griddepcontrol.wait), so that the kernels after this one on the stream, which wait for
+/// this one, see everything the prepare kernel wrote. kProbe: the probe build's records.
+template <int VT, bool kKda, bool kProbe>
+__device__ __forceinline__ void issue_chunks(const MmaArgs& a, StateStage<VT, kKda> (&stage)[2],
+                                             uint64_t (&full)[2], uint64_t (&empty)[2], int first,
+                                             int chunks, int begin, int hv, int v0) {
+  const int kh = hv / a.group;
+  for (int use = 0; use < chunks; ++use) {
+#ifdef HYLA_CHUNK_PROBE
+    const unsigned long long wait_start = probe_clock();
+#endif
+    if (a.ready != nullptr) wait_prepared(a, first + use, hv, kh);
+    if (use >= 2) mbar_wait(&empty[use & 1], ((use >> 1) - 1) & 1);
+#ifdef HYLA_CHUNK_PROBE
+    if (kProbe && a.probe != nullptr && blockIdx.x == 0) {
+      unsigned long long* at = probe_record(a, use);
+      at[0] = wait_start, at[1] = probe_clock();
+    }
+#endif
+    issue_stage<VT, kKda>(a, stage[use & 1], &full[use & 1], first + use, begin + use * kC, kh, hv,
+                          v0);
+  }
+  if (a.ready != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+/// Where a warpgroup's S^T [64 value rows x 128 keys] sits in states [.., HV, d_v, d_k] (pool
+/// slots, boundary states): value head hv, rows from v0; in wgmma's m64n128 accumulator layout the
+/// thread holds rows row0 and row0 + 8, keys 8 j + 2 c + {0, 1}.
+struct StateRows {
+  int64_t state_floats;  // d_v d_k
+  int hv, row0, c, v0;
+  /// Accumulator i's offset in one value head's state.
+  __device__ __forceinline__ int64_t offset(int i) const {
+    const int row = row0 + ((i >> 1) & 1) * 8, key = 8 * (i >> 2) + 2 * c + (i & 1);
+    return int64_t(v0 + row) * kD + key;
+  }
+  /// ... in pool slot `slot`.
+  __device__ __forceinline__ int64_t at(const MmaArgs& a, int64_t slot, int i) const {
+    return (slot * a.HV + hv) * state_floats + offset(i);
+  }
+};
+/// S from pool slot `slot` (slot < 0: zeros).
+__device__ __forceinline__ void load_state(const MmaArgs& a, float (&S)[64], int64_t slot,
+                                           const StateRows& r) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    S[i] = slot < 0      ? 0.0f
+           : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[r.at(a, slot, i)])
+                         : static_cast<const float*>(a.pool)[r.at(a, slot, i)];
+  }
+}
+/// S into pool slot `slot` (slot < 0: nothing).
+__device__ __forceinline__ void store_state(const MmaArgs& a, const float (&S)[64], int64_t slot,
+                                            const StateRows& r) {
+  if (slot < 0) return;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    if (a.pool_bf16)
+      static_cast<bf16*>(a.pool)[r.at(a, slot, i)] = __float2bfloat16_rn(S[i]);
+    else
+      static_cast<float*>(a.pool)[r.at(a, slot, i)] = S[i];
+  }
+}
+/// After a whole chunk: S as boundary state `boundary` when asked (a.chunk_states), and the count
+/// on.
+__device__ __forceinline__ void store_chunk_state(const MmaArgs& a, const float (&S)[64],
+                                                  int64_t& boundary, const StateRows& r) {
+  if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
+    float* dst = a.chunk_states + (boundary * a.HV + r.hv) * r.state_floats;
+#pragma unroll
+    for (int i = 0; i < 64; i += 2)
+      *reinterpret_cast<float2*>(dst + r.offset(i)) = make_float2(S[i], S[i + 1]);
+  }
+  ++boundary;
+}
+
+/// P^T = V^T - X Diag(kg) as the A fragments of Delta^T = P^T T^T: V^T by transposed ldmatrix of
+/// the v tile [t][64 value rows] at v_addr (the lane's swizzled offset added), kg GDN's per-token
+/// factors (KDA: none).
+template <bool kKda>
+__device__ __forceinline__ void p_fragments(uint32_t (&pa)[4][4], const float (&X)[32],
+                                            uint32_t v_addr, const float* kg, int c) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    uint32_t vt[4];
+    ldsm_x4_trans(vt, v_addr + ks * 16 * kRowBytes);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // vt[i]: rows row0 + 8 (i % 2), tokens 16 ks + 8 (i / 2)
+      const int j = 2 * ks + (i >> 1), e = (i & 1) * 2;
+      const float2 f =
+          kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kg + 8 * j + 2 * c);
+      const __nv_bfloat162 v2 = *reinterpret_cast<const __nv_bfloat162*>(&vt[i]);
+      pa[ks][(i >> 1) * 2 + (i & 1)] = pack_bf16(__low2float(v2) - X[4 * j + e] * f.x,
+                                                 __high2float(v2) - X[4 * j + e + 1] * f.y);
+    }
+  }
+}
+/// S^T's decay over a chunk of n tokens: GDN exp(G_n) (G in vec[3 64 ..]), KDA exp(G_n[c]) per
+/// key column (vec[0 .. 127]).
+template <bool kKda>
+__device__ __forceinline__ void decay_state(float (&S)[64], const float* vec, int n, int c) {
+  if constexpr (!kKda) {
+    const float decay = __expf(vec[3 * kC + n - 1]);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) S[i] *= decay;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(vec + 8 * j + 2 * c);
+      S[4 * j] *= d.x, S[4 * j + 1] *= d.y, S[4 * j + 2] *= d.x, S[4 * j + 3] *= d.y;
+    }
+  }
+}
+/// GDN: O^T's token columns times qg.
+__device__ __forceinline__ void scale_columns(float (&O)[32], const float* qg, int c) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 f = *reinterpret_cast<const float2*>(qg + 8 * j + 2 * c);
+    O[4 * j] *= f.x, O[4 * j + 1] *= f.y, O[4 * j + 2] *= f.x, O[4 * j + 3] *= f.y;
+  }
+}
+/// Warp w's part of O^T (value rows 16 w ..) transposed into the bf16 tile o16 [t][64 value rows]
+/// (128-byte swizzle) for the tensor-map store: matrix i of step jp holds tokens 8 j .. + 7, j =
+/// 2 jp + i / 2, value rows 16 w + 8 (i % 2) ..
+__device__ __forceinline__ void o_to_tile(const float (&O)[32], uint32_t o16, int w, int lane) {
+#pragma unroll
+  for (int jp = 0; jp < 4; ++jp) {
+    uint32_t r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int j = 2 * jp + (i >> 1), e = (i & 1) * 2;
+      r[i] = pack_bf16(O[4 * j + e], O[4 * j + e + 1]);
+    }
+    const int i = lane >> 3, lane7 = lane & 7, t = 8 * (2 * jp + (i >> 1)) + lane7;
+    stsm_x4_trans(o16 + t * kRowBytes + ((((2 * w) | (i & 1)) ^ lane7) << 4), r);
+  }
+}
+/// ... or into the f32 tile o [t][64 + 4] for store_o.
+__device__ __forceinline__ void o_to_f32(const float (&O)[32], float* o, int w, int g, int c) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int row = 16 * w + g + ((i >> 1) & 1) * 8, t = 8 * (i >> 2) + 2 * c + (i & 1);
+    o[t * (kWgVT + 4) + row] = O[i];
+  }
+}
+
 /// step.template operator()<use % 2>(use) for use = 0 .. chunks - 1: the stage parity as a
 /// template argument, so that every descriptor and barrier id of a step is a constant offset from
 /// the block's shared-memory base (no per-chunk address arithmetic on the wgmma path).
@@ -526,37 +682,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const auto chunk_t0 = [&](int use) { return begin + use * kC; };
   __syncthreads();  // the mbarriers are initialised
 
-  if (warp == 8) {  // TMA: chunk `use` into stage use % 2 once both warpgroups left use - 2
-    if (lane == 0) {
-      const int kh = hv / a.group;
-      for (int use = 0; use < chunks; ++use) {
-#ifdef HYLA_CHUNK_PROBE
-        const unsigned long long wait_start = probe_clock();
-#endif
-        // The flags first: their latency passes while the warpgroups still read the stage.
-        if (a.ready != nullptr) wait_prepared(a, first + use, hv, kh);
-        if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
-#ifdef HYLA_CHUNK_PROBE
-        if (a.probe != nullptr && b == 0) {
-          unsigned long long* at = probe_record(a, use);
-          at[0] = wait_start, at[1] = probe_clock();
-        }
-#endif
-        issue_stage<VT, kKda>(a, s.stage[use & 1], &s.full[use & 1], first + use, chunk_t0(use), kh,
-                              hv, v0);
-      }
-      // Side by side: the block ends after the prepare kernel, so the kernels after this one on
-      // the stream, which wait for this one, see everything the prepare kernel wrote.
-      if (a.ready != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
-    }
+  if (warp == 8) {  // TMA
+    if (lane == 0)
+      issue_chunks<VT, kKda, true>(a, s.stage, s.full, s.empty, first, chunks, begin, hv, v0);
     return;
   }
-  // A stage tile's descriptor: the stage's, advanced by the tile's (constant) offset and `bytes`.
-  const auto tile_desc = [](uint64_t stage_desc, const void* stage, const void* tile,
-                            uint32_t bytes) {
-    const auto offset = uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage));
-    return wgmma::desc_advance(stage_desc, offset + bytes);
-  };
 
   if (warp >= 4) {  // the output warpgroup
     const int tid = threadIdx.x - 128, ow = warp - 4;
@@ -584,14 +714,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operand(O);
-      if constexpr (!kKda) {
-        const float* qg = st.vec + kC;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float2 f = *reinterpret_cast<const float2*>(qg + 8 * j + 2 * c);
-          O[4 * j] *= f.x, O[4 * j + 1] *= f.y, O[4 * j + 2] *= f.x, O[4 * j + 3] *= f.y;
-        }
-      }
+      if constexpr (!kKda) scale_columns(O, st.vec + kC, c);
 #ifdef HYLA_CHUNK_PROBE
       t_probe = probe_clock();
 #endif
@@ -618,30 +741,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #ifdef HYLA_CHUNK_PROBE
         if (probe_here) probe_record(a, use)[6] = probe_clock() - t_probe;
 #endif
-          // O^T's 8x8 blocks, transposed, into o16 [t][64 value rows] (128-byte swizzle): matrix
-          // i of step jp holds tokens 8 j .. + 7, j = 2 jp + i / 2, value rows 16 ow + 8 (i % 2) ..
-#pragma unroll
-        for (int jp = 0; jp < 4; ++jp) {
-          uint32_t r[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int j = 2 * jp + (i >> 1), e = (i & 1) * 2;
-            r[i] = pack_bf16(O[4 * j + e], O[4 * j + e + 1]);
-          }
-          const int i = lane >> 3, t = 8 * (2 * jp + (i >> 1)) + lane7;
-          stsm_x4_trans(smem_addr(s.o16) + t * kRowBytes + ((((2 * ow) | (i & 1)) ^ lane7) << 4),
-                        r);
-        }
+        o_to_tile(O, smem_addr(s.o16), ow, lane);
         fence_proxy_async();  // before the tensor-map store reads o16
         named_sync(kBarOut, 128);
         if (tid == 0) tma_store_3d(&a.map_o, s.o16, v0, hv, t0);
       } else {
         named_sync(kBarOut, 128);  // the last store_o has read the tile
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          const int row = 16 * ow + g + ((i >> 1) & 1) * 8, t = 8 * (i >> 2) + 2 * c + (i & 1);
-          s.o[t * (VT + 4) + row] = O[i];
-        }
+        o_to_f32(O, s.o, ow, g, c);
         named_sync(kBarOut, 128);
         store_o<VT, 128>(a, s.o, t0, n, hv, v0, tid);
       }
@@ -657,22 +763,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   // 16 j + 8 (lane / 16) + lane % 8, value piece 2 warp + (lane / 8) % 2 (swizzled by row % 8).
   const uint32_t vt_off =
       (8 * (lane >> 4) + lane7) * kRowBytes + ((((2 * warp) | ((lane >> 3) & 1)) ^ lane7) << 4);
-  const int64_t state_floats = int64_t(a.d_v) * kD;
-  const auto state_off = [&](int i) {  // accumulator i's element in a state [d_v, d_k]
-    const int row = row0 + ((i >> 1) & 1) * 8, key = 8 * (i >> 2) + 2 * c + (i & 1);
-    return int64_t(v0 + row) * kD + key;
-  };
-  const auto state_at = [&](int64_t slot, int i) {  // ... in value head hv of a pool slot
-    return (slot * a.HV + hv) * state_floats + state_off(i);
-  };
   float S[64];
-  const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    S[i] = initial < 0   ? 0.0f
-           : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[state_at(initial, i)])
-                         : static_cast<const float*>(a.pool)[state_at(initial, i)];
-  }
+  const StateRows rows{int64_t(a.d_v) * kD, hv, row0, c, v0};
+  load_state(a, S, chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots), rows);
   int64_t boundary = a.boundary_first[b];
   const auto state_chunk = [&]<int p>(int use) {
     const int n = min(kC, end - chunk_t0(use));
@@ -728,20 +821,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
     // P^T = V^T - X Diag(kg), then Delta^T = P^T T^T.
     uint32_t pa[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      uint32_t vt[4];
-      ldsm_x4_trans(vt, smem_addr(st.v) + vt_off + ks * 16 * kRowBytes);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // vt[i]: rows row0 + 8 (i % 2), tokens 16 ks + 8 (i / 2)
-        const int j = 2 * ks + (i >> 1), e = (i & 1) * 2;
-        const float2 f =
-            kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kg + 8 * j + 2 * c);
-        const __nv_bfloat162 v2 = *reinterpret_cast<const __nv_bfloat162*>(&vt[i]);
-        pa[ks][(i >> 1) * 2 + (i & 1)] = pack_bf16(__low2float(v2) - X[4 * j + e] * f.x,
-                                                   __high2float(v2) - X[4 * j + e + 1] * f.y);
-      }
-    }
+    p_fragments<kKda>(pa, X, smem_addr(st.v) + vt_off, kg, c);
     float D[32];
     wgmma::fence();
 #pragma unroll
@@ -759,17 +839,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       acc_to_a(da[ks], D, ks, nullptr, c);
       if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
     }
-    if constexpr (!kKda) {
-      const float decay = __expf(st.vec[3 * kC + n - 1]);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) S[i] *= decay;
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float2 d = *reinterpret_cast<const float2*>(st.vec + 8 * j + 2 * c);
-        S[4 * j] *= d.x, S[4 * j + 1] *= d.y, S[4 * j + 2] *= d.x, S[4 * j + 3] *= d.y;
-      }
-    }
+    decay_state<kKda>(S, st.vec, n, c);
     const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
     wgmma::fence();
 #pragma unroll
@@ -785,27 +855,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma::wait<0>();
     wgmma::fence_operand(S);
     if (threadIdx.x == 0) mbar_arrive(&s.empty[p]);  // the stage is read
-    if (n == kC) {
-      if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
-        float* dst = a.chunk_states + (boundary * a.HV + hv) * state_floats;
-#pragma unroll
-        for (int i = 0; i < 64; i += 2)
-          *reinterpret_cast<float2*>(dst + state_off(i)) = make_float2(S[i], S[i + 1]);
-      }
-      ++boundary;
-    }
+    if (n == kC) store_chunk_state(a, S, boundary, rows);
   };
   for_each_chunk(chunks, state_chunk);
 
-  const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
-  if (final_slot < 0) return;
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    if (a.pool_bf16)
-      static_cast<bf16*>(a.pool)[state_at(final_slot, i)] = __float2bfloat16_rn(S[i]);
-    else
-      static_cast<float*>(a.pool)[state_at(final_slot, i)] = S[i];
-  }
+  store_state(a, S, chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots), rows);
 }
 
 // ---- the wide kernel: 128 value rows a block, every product in each row warpgroup ----
@@ -862,46 +916,21 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const auto chunk_t0 = [&](int use) { return begin + use * kC; };
   __syncthreads();  // the mbarriers are initialised
 
-  if (warp >= 4 * kWide) {  // TMA: chunk `use` into stage use % 2 once every warpgroup left use - 2
+  if (warp >= 4 * kWide) {  // TMA
     set_max_registers<40, false>();
-    if (warp == 4 * kWide && lane == 0) {
-      const int kh = hv / a.group;
-      for (int use = 0; use < chunks; ++use) {
-        if (a.ready != nullptr) wait_prepared(a, first + use, hv, kh);
-        if (use >= 2) mbar_wait(&s.empty[use & 1], ((use >> 1) - 1) & 1);
-        issue_stage<VT, kKda>(a, s.stage[use & 1], &s.full[use & 1], first + use, chunk_t0(use), kh,
-                              hv, blockIdx.z * VT);
-      }
-      if (a.ready != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
-    }
+    if (warp == 4 * kWide && lane == 0)
+      issue_chunks<VT, kKda, false>(a, s.stage, s.full, s.empty, first, chunks, begin, hv,
+                                    blockIdx.z * VT);
     return;
   }
   set_max_registers<232, true>();
-  const auto tile_desc = [](uint64_t stage_desc, const void* stage, const void* tile,
-                            uint32_t bytes) {
-    const auto offset = uint32_t(static_cast<const char*>(tile) - static_cast<const char*>(stage));
-    return wgmma::desc_advance(stage_desc, offset + bytes);
-  };
   const int row0 = wwarp * 16 + g;  // this thread's state rows row0, row0 + 8
   // V^T's fragments from this warpgroup's v box, as in the kernel above.
   const uint32_t vt_off = wg * kBoxBytes + (8 * (lane >> 4) + lane7) * kRowBytes +
                           ((((2 * wwarp) | ((lane >> 3) & 1)) ^ lane7) << 4);
-  const int64_t state_floats = int64_t(a.d_v) * kD;
-  const auto state_off = [&](int i) {
-    const int row = row0 + ((i >> 1) & 1) * 8, key = 8 * (i >> 2) + 2 * c + (i & 1);
-    return int64_t(v0 + row) * kD + key;
-  };
-  const auto state_at = [&](int64_t slot, int i) {
-    return (slot * a.HV + hv) * state_floats + state_off(i);
-  };
   float S[64];
-  const int64_t initial = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    S[i] = initial < 0   ? 0.0f
-           : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[state_at(initial, i)])
-                         : static_cast<const float*>(a.pool)[state_at(initial, i)];
-  }
+  const StateRows rows{int64_t(a.d_v) * kD, hv, row0, c, v0};
+  load_state(a, S, chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots), rows);
   int64_t boundary = a.boundary_first[b];
   const auto chunk = [&]<int p>(int use) {
     const int t0 = chunk_t0(use), n = min(kC, end - t0);
@@ -939,20 +968,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     [[maybe_unused]] const float* qg = kKda ? nullptr : st.vec + kC;
     [[maybe_unused]] const float* kd = kKda ? nullptr : st.vec + 2 * kC;
     uint32_t pa[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      uint32_t vt[4];
-      ldsm_x4_trans(vt, smem_addr(st.v) + vt_off + ks * 16 * kRowBytes);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int j = 2 * ks + (i >> 1), e = (i & 1) * 2;
-        const float2 f =
-            kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kg + 8 * j + 2 * c);
-        const __nv_bfloat162 v2 = *reinterpret_cast<const __nv_bfloat162*>(&vt[i]);
-        pa[ks][(i >> 1) * 2 + (i & 1)] = pack_bf16(__low2float(v2) - X[4 * j + e] * f.x,
-                                                   __high2float(v2) - X[4 * j + e + 1] * f.y);
-      }
-    }
+    p_fragments<kKda>(pa, X, smem_addr(st.v) + vt_off, kg, c);
     float D[32];
     wgmma::fence();
 #pragma unroll
@@ -965,30 +981,14 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     wgmma::fence_operand(O);
 
     // O^T = Xq Diag(qg) + Delta^T A_qk^T; S^T = exp(G_n) S^T + Delta^T Diag(kd) K.
-    if constexpr (!kKda) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float2 f = *reinterpret_cast<const float2*>(qg + 8 * j + 2 * c);
-        O[4 * j] *= f.x, O[4 * j + 1] *= f.y, O[4 * j + 2] *= f.x, O[4 * j + 3] *= f.y;
-      }
-    }
+    if constexpr (!kKda) scale_columns(O, qg, c);
     uint32_t da[4][4], dd[4][4];
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       acc_to_a(da[ks], D, ks, nullptr, c);
       if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
     }
-    if constexpr (!kKda) {
-      const float decay = __expf(st.vec[3 * kC + n - 1]);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) S[i] *= decay;
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float2 d = *reinterpret_cast<const float2*>(st.vec + 8 * j + 2 * c);
-        S[4 * j] *= d.x, S[4 * j + 1] *= d.y, S[4 * j + 2] *= d.x, S[4 * j + 3] *= d.y;
-      }
-    }
+    decay_state<kKda>(S, st.vec, n, c);
     const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
     wgmma::fence();
 #pragma unroll
@@ -1005,43 +1005,19 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     wgmma::fence_operand(O);
     wgmma::fence_operand(S);
     if (tid == 0) mbar_arrive(&s.empty[p]);  // this warpgroup has read the stage
-    if (n == kC) {
-      if (a.chunk_states != nullptr && boundary < a.num_chunk_states) {
-        float* dst = a.chunk_states + (boundary * a.HV + hv) * state_floats;
-#pragma unroll
-        for (int i = 0; i < 64; i += 2)
-          *reinterpret_cast<float2*>(dst + state_off(i)) = make_float2(S[i], S[i + 1]);
-      }
-      ++boundary;
-    }
+    if (n == kC) store_chunk_state(a, S, boundary, rows);
 
-    // o: O^T's 8x8 blocks transposed into o16 [t][64 value rows] for the tensor-map store, or
-    // through the f32 tile.
+    // o by tensor-map store of whole chunks, else through the f32 tile.
     if (a.o_tma && n == kC) {
       if (tid == 0) bulk_wait_read<0>();  // the last o16 tile has left
       named_sync(kBarWideOut + wg, 128);
-#pragma unroll
-      for (int jp = 0; jp < 4; ++jp) {
-        uint32_t r[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int j = 2 * jp + (i >> 1), e = (i & 1) * 2;
-          r[i] = pack_bf16(O[4 * j + e], O[4 * j + e + 1]);
-        }
-        const int i = lane >> 3, t = 8 * (2 * jp + (i >> 1)) + lane7;
-        stsm_x4_trans(
-            smem_addr(s.o16[wg]) + t * kRowBytes + ((((2 * wwarp) | (i & 1)) ^ lane7) << 4), r);
-      }
+      o_to_tile(O, smem_addr(s.o16[wg]), wwarp, lane);
       fence_proxy_async();  // before the tensor-map store reads o16
       named_sync(kBarWideOut + wg, 128);
       if (tid == 0) tma_store_3d(&a.map_o, s.o16[wg], v0, hv, t0);
     } else {
       named_sync(kBarWideOut + wg, 128);  // the last store_o has read the tile
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int row = 16 * wwarp + g + ((i >> 1) & 1) * 8, t = 8 * (i >> 2) + 2 * c + (i & 1);
-        s.o[wg][t * (kWgVT + 4) + row] = O[i];
-      }
+      o_to_f32(O, s.o[wg], wwarp, g, c);
       named_sync(kBarWideOut + wg, 128);
       store_o<kWgVT, 128>(a, s.o[wg], t0, n, hv, v0, tid);
     }
@@ -1049,15 +1025,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   for_each_chunk(chunks, chunk);
   if (tid == 0) bulk_wait_read<0>();  // before the block's memory goes
 
-  const int64_t final_slot = chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots);
-  if (final_slot < 0) return;
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    if (a.pool_bf16)
-      static_cast<bf16*>(a.pool)[state_at(final_slot, i)] = __float2bfloat16_rn(S[i]);
-    else
-      static_cast<float*>(a.pool)[state_at(final_slot, i)] = S[i];
-  }
+  store_state(a, S, chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots), rows);
 }
 
 /// The state kernels' tensor maps (MmaArgs::map_*) for value tiles of VT columns; o's (whole
