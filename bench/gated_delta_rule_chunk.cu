@@ -5,15 +5,18 @@
 // per value head, the fraction of the H200's 989 TFLOP/s bf16 peak) and one JSON line per case;
 // tools/gpu/chunk_vs_fla.py sets the lines beside fla's JSON.
 //   hyla_bench_gated_delta_rule_chunk [--quick] [--only SUBSTRING] [--state roles|wide]
-//                                     [--out FILE.jsonl]
+//                                     [--cp N] [--out FILE.jsonl]
 // --quick: the two GDN rows at 4096 tokens a sequence; --only: the cases whose name holds SUBSTRING
 // (tools/gpu/model.sh chunkprof profiles one op at a time); --state: that state kernel instead of
-// the entry's choice (GatedDeltaRuleParams::state_kernel).
+// the entry's choice (GatedDeltaRuleParams::state_kernel); --cp: N context-parallel segments (1:
+// none) instead of the body's choice (GatedDeltaRuleParams::cp_segments). The last row, one GPU's
+// share of the heads when four split them, is where the body's choice is context parallelism.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,7 +67,7 @@ struct Result {
   double ms, tflops, floor_fraction;
 };
 
-Result run(const Case& c, int calls, kernels::ChunkStateKernel state) {
+Result run(const Case& c, int calls, kernels::ChunkStateKernel state, int cp) {
   int64_t T = 0;
   std::vector<int32_t> cu = {0};
   for (int n : c.seqlens) cu.push_back(cu.back() + n);
@@ -90,6 +93,7 @@ Result run(const Case& c, int calls, kernels::ChunkStateKernel state) {
   p.q = q, p.k = k, p.v = v, p.g = g, p.beta = beta, p.cu_seqlens = cu_t, p.o = o;
   p.state_pool = pool, p.initial_slots = initial_t, p.final_slots = final_t;
   p.state_kernel = state;
+  p.cp_segments = cp;
   const int64_t ws_bytes = kernels::gated_delta_rule_chunk_workspace_bytes(p);
   Tensor ws = Tensor::empty({(ws_bytes + 3) / 4}, DType::kF32, hyla::Device::cuda(0));
   p.workspace = ws;
@@ -129,6 +133,7 @@ int main(int argc, char** argv) {
   const char* out = nullptr;
   const char* only = nullptr;
   auto state = kernels::ChunkStateKernel::kAuto;
+  int cp = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -140,11 +145,14 @@ int main(int argc, char** argv) {
                (std::strcmp(argv[i + 1], "roles") == 0 || std::strcmp(argv[i + 1], "wide") == 0)) {
       state = std::strcmp(argv[++i], "roles") == 0 ? kernels::ChunkStateKernel::kRoles
                                                    : kernels::ChunkStateKernel::kWide;
+    } else if (std::strcmp(argv[i], "--cp") == 0 && i + 1 < argc && std::atoi(argv[i + 1]) >= 1 &&
+               std::atoi(argv[i + 1]) <= 16) {
+      cp = std::atoi(argv[++i]);
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--quick] [--only SUBSTRING] [--state roles|wide] [--out FILE.jsonl]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--only SUBSTRING] [--state roles|wide] [--cp 1..16] "
+                   "[--out FILE.jsonl]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -153,6 +161,7 @@ int main(int argc, char** argv) {
       {"gdn H16/HV32 T4096", {4096}, 16, 32, false},
       {"gdn H16/HV32 varlen 16x4096", std::vector<int>(16, 4096), 16, 32, false},
       {"kda H32 T65536", {65536}, 32, 32, true},
+      {"gdn H4/HV8 T65536 (1 of 4 GPUs)", {65536}, 4, 8, false},
   };
   if (quick) cases = {cases[1], cases[2]};
   if (only != nullptr) {
@@ -165,7 +174,7 @@ int main(int argc, char** argv) {
   FILE* json = out ? std::fopen(out, "w") : nullptr;
   std::printf("| case | ms | TFLOP/s | of bf16 peak |\n|---|---:|---:|---:|\n");
   for (const Case& c : cases) {
-    const Result r = run(c, 20, state);
+    const Result r = run(c, 20, state, cp);
     std::printf("| %s | %.4f | %.1f | %.1f%% |\n", c.name.c_str(), r.ms, r.tflops,
                 100 * r.floor_fraction);
     std::fflush(stdout);

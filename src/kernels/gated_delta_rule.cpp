@@ -1,6 +1,7 @@
 // Entry points of the gated delta rule: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/gated_delta_rule.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
 
@@ -134,8 +135,20 @@ bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p) {
          p.v.size(2) % 32 == 0 && p.v.size(2) > 0;
 }
 
+int64_t chunk_cp_segments(int64_t T, int64_t B, int64_t HV, int64_t d_v) {
+  const int64_t blocks = B * HV * (d_v / 64);
+  if (blocks <= 0 || blocks >= 32 || d_v % 128 != 0) return 1;
+  const int64_t chunks = T / (B * kDeltaRuleChunk);  // a sequence's, on average
+  const int64_t P = std::min<int64_t>({8, 128 / blocks, chunks / 4});
+  return P >= 4 ? P : 1;
+}
+
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
   const bool tc = chunk_uses_tensor_cores(p);
+  const int64_t T = p.q.size(0), B = p.cu_seqlens.size(0) - 1, HV = p.v.size(1), d_v = p.v.size(2);
+  const int64_t cp = !tc || B <= 0       ? 1
+                     : p.cp_segments > 0 ? std::min<int64_t>(p.cp_segments, 16)
+                                         : chunk_cp_segments(T, B, HV, d_v);
   const bool per_channel = p.g.ndim() == 3;
   const bool qk_rows = chunk_bf16_rows(p.q) && chunk_bf16_rows(p.k);
   const bool rows_as_they_are = chunk_bf16_rows(p.v) && (per_channel || qk_rows);
@@ -148,7 +161,8 @@ ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
           .per_channel = per_channel,
           .tensor_cores = tc,
           .bf16_copies = tc && !rows_as_they_are,
-          .qk_bf16_rows = qk_rows};
+          .qk_bf16_rows = qk_rows,
+          .cp_segments = cp};
 }
 
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
@@ -176,11 +190,20 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
     l.tc_kg = take(kda * chunk_heads * C * s.d_k / 2);
     l.tc_qg = take(kda * chunk_heads * C * s.d_k / 2);
     l.tc_kd = take(kda * chunk_heads * C * s.d_k / 2);
-    l.tc_ready = take(chunk_heads);
+    l.tc_ready = take(chunk_heads + 2);
     const int64_t copies = s.bf16_copies ? 1 : 0;
     l.tc_q = take(copies * (1 - kda) * s.T * s.H * s.d_k / 2);
     l.tc_k = take(copies * (1 - kda) * s.T * s.H * s.d_k / 2);
     l.tc_v = take(copies * (s.T * s.HV * s.d_v + 1) / 2);
+    const int64_t segs = s.cp_segments > 1 ? s.B * s.cp_segments : 0;
+    const int64_t with = segs > 0 ? 1 : 0;
+    l.cp_cu = take(with * (segs + 1));
+    l.cp_chunk_first = take(with * (segs + 1));
+    l.cp_boundary_first = take(segs);
+    l.cp_initial = take(segs);
+    l.cp_final = take(segs);
+    l.cp_transfer = take(segs * s.HV * (s.d_k + s.d_v) * s.d_k);
+    l.cp_states = take(segs * s.HV * s.d_v * s.d_k);
   } else {
     l.w = take(s.T * s.HV * s.d_k);
     l.u = take(s.T * s.HV * s.d_v);
@@ -196,6 +219,8 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
 Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   constexpr std::string_view op = "gated_delta_rule_chunk";
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
+  if (p.cp_segments < 0 || p.cp_segments > 16)
+    return invalid_argument(op, ": cp_segments ", p.cp_segments, ", expected 0 .. 16");
   const OpScope scope("gated_delta_rule_chunk", p.q.device(), stream);
   if (p.q.device().is_cpu()) {
     cpu::gated_delta_rule_chunk(p);
@@ -204,6 +229,10 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   if (p.q.size(2) > kCudaChunkMaxKeyDim)
     return unsupported(op, ": d_k = ", p.q.size(2), " on CUDA, expected at most ",
                        kCudaChunkMaxKeyDim);
+  if (p.cp_segments > 1 && !(chunk_uses_tensor_cores(p) && p.v.size(2) % 128 == 0))
+    return invalid_argument(op, ": cp_segments ", p.cp_segments,
+                            " needs the tensor-core body (d_k 128) and d_v a multiple of 128, got ",
+                            "d_k ", p.q.size(2), ", d_v ", p.v.size(2));
   const int64_t need = gated_delta_rule_chunk_workspace_bytes(p);
   if (!p.workspace.defined())
     return invalid_argument(op, ": workspace is missing; CUDA calls need ", need,

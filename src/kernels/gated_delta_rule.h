@@ -70,6 +70,9 @@ struct GatedDeltaRuleParams {
   /// chunk on CUDA, tensor-core body: which state kernel (kAuto: the entry's cost rule). The others
   /// are for tests and benchmarks; kWide needs d_v % 128 == 0.
   ChunkStateKernel state_kernel = ChunkStateKernel::kAuto;
+  /// chunk on CUDA, tensor-core body: context parallelism, segments a sequence (0: the body's
+  /// choice, chunk_cp_segments; 1: none; 2 .. 16 need d_v % 128 == 0). The workspace depends on it.
+  int cp_segments = 0;
 };
 
 /// Token-by-token algorithm (decode: T = B; verify: a few tokens per sequence).
@@ -115,6 +118,8 @@ struct ChunkWorkspaceShape {
   /// q and k are bf16 rows the body can take as they are (its prepare kernel then copies them
   /// into shared memory without converting them).
   bool qk_bf16_rows;
+  /// Context parallelism: segments per sequence (1: none).
+  int64_t cp_segments;
 };
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p);
 /// A [T, heads, d] activation the tensor-core body reads (q, k, v) or writes (o) as it is, by TMA
@@ -125,6 +130,12 @@ bool chunk_bf16_rows(const TensorView& x);
 /// GDN or KDA, d_k = 128, d_v a multiple of 32. bf16 operands with fp32 accumulation and an fp32
 /// state; other shapes take the fp32 body.
 bool chunk_uses_tensor_cores(const GatedDeltaRuleParams& p);
+/// The tensor-core body's context parallelism when the call does not say (cp_segments 0): with
+/// fewer than 32 blocks of 64 value rows (B HV d_v / 64: a few sequences of few heads, e.g. one
+/// GPU's share of a model's heads), each sequence in P = min(8, 128 / blocks) segments of at least
+/// 4 chunks on average, run side by side and joined exactly (gated_delta_rule_chunk_mma.cu); 1
+/// otherwise. Needs d_v % 128 == 0.
+int64_t chunk_cp_segments(int64_t T, int64_t B, int64_t HV, int64_t d_v);
 /// Regions of the CUDA chunk workspace, offsets in 4-byte words from its start. A chunk is 64
 /// tokens of one sequence (its last one may be shorter); there are at most max_chunks =
 /// ceil(T / 64) + B of them. Per-token regions are indexed by the packed token t. Regions of the
@@ -153,11 +164,17 @@ struct ChunkWorkspaceLayout {
   /// and K exp(G_{n-1} - G) / |k|, per channel; empty for GDN.
   int64_t tc_kg, tc_qg, tc_kd;
   /// [max_chunks, HV] u32: chunk c of value head hv is prepared (nonzero), when the state kernel
-  /// runs beside the prepare kernel (cuda/gated_delta_rule_chunk_mma.cu: side by side).
+  /// runs beside the prepare kernel (cuda/gated_delta_rule_chunk_mma.cu: side by side); then two
+  /// u32 counters of the prepare kernel's blocks (arrivals and workers) and of its items taken.
   int64_t tc_ready;
-  int64_t tc_q;   ///< GDN with bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k)
-  int64_t tc_k;   ///< [T, H, d_k] bf16
-  int64_t tc_v;   ///< bf16_copies: [T, HV, d_v] bf16 copy of v, else empty
+  int64_t tc_q;  ///< GDN with bf16_copies: [T, H, d_k] bf16 copy of q, else empty (so tc_k)
+  int64_t tc_k;  ///< [T, H, d_k] bf16
+  int64_t tc_v;  ///< bf16_copies: [T, HV, d_v] bf16 copy of v, else empty
+  /// Context parallelism (cp_segments P > 1; empty otherwise), B' = B P segments: i32 [B'+1]
+  /// token offsets, [B'+1] first chunks, [B'] first boundary states, [B'] initial (b') and final
+  /// pool slots (the sequence's for its last segment, else -1); f32 [B', HV, d_k + d_v, d_k] each
+  /// segment's transfer (M's rows, then L's) and [B', HV, d_v, d_k] its initial state.
+  int64_t cp_cu, cp_chunk_first, cp_boundary_first, cp_initial, cp_final, cp_transfer, cp_states;
   int64_t bytes;  ///< total size
 };
 ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s);

@@ -1186,6 +1186,10 @@ TEST(GatedDeltaRuleTest, BadArgumentsGiveClearErrors) {
        },
        "chunk_states has dtype bf16, expected f32", kChunkOnly},
       {"negative scale", [&](auto& p) { p.scale = -1.0f; }, "scale is -1", kBoth},
+      {"cp_segments above 16", [&](auto& p) { p.cp_segments = 17; },
+       "cp_segments 17, expected 0 .. 16", kChunkOnly},
+      {"negative cp_segments", [&](auto& p) { p.cp_segments = -1; },
+       "cp_segments -1, expected 0 .. 16", kChunkOnly},
   };
   for (const BadCase& bad : cases) {
     SCOPED_TRACE(bad.name);
@@ -1342,61 +1346,75 @@ TEST(GatedDeltaRuleTest, ChunkWorkspaceRegionsAreDisjointAndHoldEveryChunk) {
                          {false, true, true},   {true, true, false},  {true, true, true}};
   for (const std::vector<int32_t>& lens : batches) {
     for (const Body& body : bodies) {
-      int64_t T = 0, chunks = 0;
-      for (int32_t n : lens) {
-        T += n;
-        chunks += (n + kernels::kDeltaRuleChunk - 1) / kernels::kDeltaRuleChunk;
+      for (const int64_t cp : {1, 4}) {  // context-parallel segments (tensor cores only)
+        if (cp > 1 && !body.tensor_cores) continue;
+        int64_t T = 0, chunks = 0;
+        for (int32_t n : lens) {
+          T += n;
+          chunks += (n + kernels::kDeltaRuleChunk - 1) / kernels::kDeltaRuleChunk;
+        }
+        const int64_t d_k = body.tensor_cores ? 128 : 32;
+        const kernels::ChunkWorkspaceShape shape{.T = T,
+                                                 .B = int64_t(lens.size()),
+                                                 .H = 1,
+                                                 .HV = 3,
+                                                 .d_k = d_k,
+                                                 .d_v = body.tensor_cores ? 96 : 48,
+                                                 .per_channel = body.per_channel,
+                                                 .tensor_cores = body.tensor_cores,
+                                                 .bf16_copies = body.bf16_copies,
+                                                 .qk_bf16_rows = false,  // no layout effect
+                                                 .cp_segments = cp};
+        SCOPED_TRACE(str_cat("T ", T, " B ", shape.B, body.per_channel ? " kda" : " gdn",
+                             body.tensor_cores ? " tensor cores" : "",
+                             body.bf16_copies ? " with copies" : "", " cp ", cp));
+        const kernels::ChunkWorkspaceLayout l = kernels::chunk_workspace_layout(shape);
+        EXPECT_GE(l.max_chunks, chunks);
+        const int64_t kc = kernels::kDeltaRuleChunk, gd = body.per_channel ? shape.d_k : 1;
+        std::vector<std::pair<int64_t, int64_t>> regions = {// {start, words}, in layout order
+                                                            {l.chunk_first, shape.B + 1},
+                                                            {l.chunk_seq, l.max_chunks},
+                                                            {l.boundary_first, shape.B}};
+        if (body.tensor_cores) {
+          // KDA: the scaled q / k tiles per chunk and value head; copies of v only.
+          const int64_t copies = body.bf16_copies ? 1 : 0, kda = body.per_channel ? 1 : 0;
+          const int64_t tile = kda * l.max_chunks * shape.HV * kc * d_k / 2;
+          regions.insert(regions.end(),
+                         {{l.tc_t, l.max_chunks * shape.HV * kc * kc / 2},
+                          {l.tc_aqk, l.max_chunks * shape.HV * kc * kc / 2},
+                          {l.tc_vec, l.max_chunks * shape.HV * std::max(4 * kc, d_k)},
+                          {l.tc_kg, tile},
+                          {l.tc_qg, tile},
+                          {l.tc_kd, tile},
+                          {l.tc_ready, l.max_chunks * shape.HV + 2},
+                          {l.tc_q, copies * (1 - kda) * T * shape.H * d_k / 2},
+                          {l.tc_k, copies * (1 - kda) * T * shape.H * d_k / 2},
+                          {l.tc_v, copies * (T * shape.HV * shape.d_v + 1) / 2}});
+          // Context parallelism: B' = B cp segments' plan, transfers and initial states.
+          const int64_t segs = cp > 1 ? shape.B * cp : 0, with = segs > 0 ? 1 : 0;
+          regions.insert(regions.end(), {{l.cp_cu, with * (segs + 1)},
+                                         {l.cp_chunk_first, with * (segs + 1)},
+                                         {l.cp_boundary_first, segs},
+                                         {l.cp_initial, segs},
+                                         {l.cp_final, segs},
+                                         {l.cp_transfer, segs * shape.HV * (d_k + shape.d_v) * d_k},
+                                         {l.cp_states, segs * shape.HV * shape.d_v * d_k}});
+        } else {
+          regions.insert(regions.end(), {{l.w, T * shape.HV * shape.d_k},
+                                         {l.u, T * shape.HV * shape.d_v},
+                                         {l.qg, T * shape.HV * shape.d_k},
+                                         {l.kd, T * shape.HV * shape.d_k},
+                                         {l.aqk, T * shape.HV * kc},
+                                         {l.decay, l.max_chunks * shape.HV * gd}});
+        }
+        int64_t end = 0;
+        for (const auto& [start, words] : regions) {
+          EXPECT_EQ(start % 64, 0) << "regions start on 256-byte boundaries";
+          EXPECT_GE(start, end) << "regions overlap";
+          end = start + words;
+        }
+        EXPECT_LE(end * 4, l.bytes);
       }
-      const int64_t d_k = body.tensor_cores ? 128 : 32;
-      const kernels::ChunkWorkspaceShape shape{.T = T,
-                                               .B = int64_t(lens.size()),
-                                               .H = 1,
-                                               .HV = 3,
-                                               .d_k = d_k,
-                                               .d_v = body.tensor_cores ? 96 : 48,
-                                               .per_channel = body.per_channel,
-                                               .tensor_cores = body.tensor_cores,
-                                               .bf16_copies = body.bf16_copies,
-                                               .qk_bf16_rows = false};  // no layout effect
-      SCOPED_TRACE(str_cat("T ", T, " B ", shape.B, body.per_channel ? " kda" : " gdn",
-                           body.tensor_cores ? " tensor cores" : "",
-                           body.bf16_copies ? " with copies" : ""));
-      const kernels::ChunkWorkspaceLayout l = kernels::chunk_workspace_layout(shape);
-      EXPECT_GE(l.max_chunks, chunks);
-      const int64_t kc = kernels::kDeltaRuleChunk, gd = body.per_channel ? shape.d_k : 1;
-      std::vector<std::pair<int64_t, int64_t>> regions = {// {start, words}, in layout order
-                                                          {l.chunk_first, shape.B + 1},
-                                                          {l.chunk_seq, l.max_chunks},
-                                                          {l.boundary_first, shape.B}};
-      if (body.tensor_cores) {
-        // KDA: the scaled q / k tiles per chunk and value head; copies of v only.
-        const int64_t copies = body.bf16_copies ? 1 : 0, kda = body.per_channel ? 1 : 0;
-        const int64_t tile = kda * l.max_chunks * shape.HV * kc * d_k / 2;
-        regions.insert(regions.end(), {{l.tc_t, l.max_chunks * shape.HV * kc * kc / 2},
-                                       {l.tc_aqk, l.max_chunks * shape.HV * kc * kc / 2},
-                                       {l.tc_vec, l.max_chunks * shape.HV * std::max(4 * kc, d_k)},
-                                       {l.tc_kg, tile},
-                                       {l.tc_qg, tile},
-                                       {l.tc_kd, tile},
-                                       {l.tc_ready, l.max_chunks * shape.HV},
-                                       {l.tc_q, copies * (1 - kda) * T * shape.H * d_k / 2},
-                                       {l.tc_k, copies * (1 - kda) * T * shape.H * d_k / 2},
-                                       {l.tc_v, copies * (T * shape.HV * shape.d_v + 1) / 2}});
-      } else {
-        regions.insert(regions.end(), {{l.w, T * shape.HV * shape.d_k},
-                                       {l.u, T * shape.HV * shape.d_v},
-                                       {l.qg, T * shape.HV * shape.d_k},
-                                       {l.kd, T * shape.HV * shape.d_k},
-                                       {l.aqk, T * shape.HV * kc},
-                                       {l.decay, l.max_chunks * shape.HV * gd}});
-      }
-      int64_t end = 0;
-      for (const auto& [start, words] : regions) {
-        EXPECT_EQ(start % 64, 0) << "regions start on 256-byte boundaries";
-        EXPECT_GE(start, end) << "regions overlap";
-        end = start + words;
-      }
-      EXPECT_LE(end * 4, l.bytes);
     }
   }
 }

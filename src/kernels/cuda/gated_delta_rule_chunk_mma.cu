@@ -40,11 +40,22 @@
 //                                          its 64 rows from one shared stage (most chunks a
 //                                          second per SM);
 //            d_v an odd multiple of 32: the mma.sync kernel, 8 warps per 32 value rows.
+// Context parallelism (shape.cp_segments P > 1: a few long sequences of few heads, e.g. one GPU's
+// share of them): each sequence's chunks in P segments; the prepare kernel over every chunk, then
+//   transfer <<<(B P, HV, 1 + d_v / 128), 384>>> every segment but the last from S^T = I with
+//            v = 0 (M's d_k rows) and from zeros with its v (L's rows): S^T_end = S^T_start M + L
+//   combine  <<<(B, HV, d_v / 16), 256>>> S_0 from the pool, S_{j+1} = S_j M_j + L_j
+//   state    over the segments as sequences from their S_j (roles or wide), the last to the pool;
+// exact up to rounding (the recurrence is linear in S), the chain P times shorter for twice the
+// state work (run_segments).
 // schedule() picks the state kernel and whether the two kernels run side by side: when the state
-// blocks leave SMs idle (a few long sequences), the prepare kernel runs as one block of several
-// 128-thread teams on each SM the state blocks leave, flagging each (chunk, value head) ready, and
-// the state kernel as its programmatic dependent, its TMA warp waiting for a chunk's flag before
-// loading the chunk.
+// blocks leave SMs idle (a few long sequences), the prepare kernel runs one block of several
+// 128-thread teams on every SM; the blocks on the first SM ids (whole TPCs, SMs 2i and 2i + 1, as
+// many as the state kernel has blocks) leave at once so that the state blocks take those SMs and no
+// state block shares a TPC with a prepare block; the others take items from a counter, flagging
+// each (chunk, value head) ready. The state kernel runs as its programmatic dependent, its TMA warp
+// waiting for a chunk's flag before loading the chunk and prefetching the next chunk's tiles into
+// L2 (the prepare kernel's traffic lengthens the loads).
 //
 // This file: the entry (the call's arguments and workspace regions, MmaArgs); what both kernels
 // share is in gated_delta_rule_chunk_mma.cuh.
@@ -74,15 +85,18 @@ struct Schedule {
 };
 
 /// The state kernel and the mode by a cost model in units of the roles kernel's chunk time alone
-/// with one block per SM (measured on the H200: docs/perf.md, chunk prefill, eleventh session):
+/// with one block per SM (measured on the H200: docs/perf.md, chunk prefill, eleventh and twelfth
+/// sessions):
 /// - state blocks fill the GPU (the roles kernel's reach every SM): the wide kernel (more chunks a
 ///   second per SM), one after the other;
 /// - else, for each kernel, one after the other costs c + r and side by side about max(c', r
 ///   sms / (sms - blocks)): c the kernel's chunk time alone (roles 1, wide 1.55), c' beside the
-///   prepare kernel (roles 1.25, wide 1.55), r the prepare kernel's time over the roles kernel's
-///   on the whole GPU (GDN 0.46, KDA 1.2).
-/// Side by side, the prepare kernel runs first as one block of teams on each SM the state blocks
-/// leave, marking items ready in chunk-major order; the state kernel as its programmatic
+///   prepare kernel (roles 1.0: ~0.93 measured with the next chunk's tiles prefetched; wide
+///   1.55), r the prepare kernel's time over the roles kernel's on the whole GPU (GDN 0.46, KDA
+///   1.2).
+/// Side by side, the prepare kernel runs first as one block of teams on every SM, those on the
+/// state blocks' TPCs leaving at once (the last block to arrive stays if no other works), the
+/// rest marking items ready in chunk-major order; the state kernel as its programmatic
 /// dependent, each chunk's loads waiting for its flags. Neither can hold the other up: the
 /// prepare blocks wait for nothing and are all resident before the state kernel starts.
 Schedule schedule(const chunk_mma::MmaArgs& a, bool kda, ChunkStateKernel asked) {
@@ -107,7 +121,7 @@ Schedule schedule(const chunk_mma::MmaArgs& a, bool kda, ChunkStateKernel asked)
     for (const ChunkStateKernel k : {ChunkStateKernel::kRoles, ChunkStateKernel::kWide}) {
       const bool wide = k == ChunkStateKernel::kWide;
       if ((asked != ChunkStateKernel::kAuto && k != asked) || (wide && !wide_ok)) continue;
-      const double alone = wide ? 1.55 : 1.0, beside = wide ? 1.55 : 1.25;
+      const double alone = wide ? 1.55 : 1.0, beside = wide ? 1.55 : 1.0;
       const int64_t blocks = chunk_mma::state_blocks(a, k);
       consider(k, false, alone + r);
       if (can_side && blocks < sms)
@@ -124,9 +138,38 @@ Schedule schedule(const chunk_mma::MmaArgs& a, bool kda, ChunkStateKernel asked)
 #endif
   if (best.side_by_side) {
     best.teams = teams;
-    best.prepare_blocks = sms - chunk_mma::state_blocks(a, best.state);
+    best.prepare_blocks = sms;  // its blocks on the state kernel's SMs leave them at once
   }
   return best;
+}
+
+/// <<<1, 1>>>, context parallelism: sequence b's chunks in P segments of ceil(chunks / P) (the
+/// last ones may be empty), segment j as sequence b P + j of `seg` (its cu, chunk_first,
+/// boundary_first, initial slot b P + j in seg.initial_states, final slot the sequence's for
+/// j = P - 1, else none), from the plan of `a` (chunk_plan_kernel ran first).
+__global__ void segment_plan_kernel(const __grid_constant__ chunk_mma::MmaArgs a,
+                                    const __grid_constant__ chunk_mma::MmaArgs seg,
+                                    int32_t* initial, int32_t* final_slots, int32_t* cu) {
+  const int P = seg.segments;
+  int end = 0;
+  for (int b = 0; b < a.B; ++b) {
+    int begin;
+    chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
+    const int first = a.chunk_first[b], n = a.chunk_first[b + 1] - first;
+    const int per = (n + P - 1) / P;
+    const int32_t final_slot =
+        a.final_slots != nullptr ? a.final_slots[b * a.final_stride] : int32_t(-1);
+    for (int j = 0; j < P; ++j) {
+      const int at = b * P + j, c0 = min(j * per, n);
+      cu[at] = min(begin + c0 * kDeltaRuleChunk, end);
+      seg.chunk_first[at] = first + c0;
+      seg.boundary_first[at] = a.boundary_first[b] + c0;
+      initial[at] = at;
+      final_slots[at] = j == P - 1 ? final_slot : -1;
+    }
+  }
+  cu[a.B * P] = end;
+  seg.chunk_first[a.B * P] = a.chunk_first[a.B];
 }
 
 #ifdef HYLA_CHUNK_PROBE
@@ -170,6 +213,51 @@ class Probe {
   unsigned long long* device_ = nullptr;
 };
 #endif
+
+/// Context parallelism (a's plan numbered): the prepare kernel over every chunk; each sequence's
+/// segments (but the last) run at once from S^T = I with v = 0 and from zeros with their v, giving
+/// the segment's transfer S^T_end = S^T_start M + L (wgmma_transfer_kernel); the segments' initial
+/// states S_{j+1} = S_j M_j + L_j in order from the pool's (segment_combine_kernel); then the state
+/// kernel over the segments as sequences, each from its initial state, the last one's final
+/// state to the pool. Exact up to rounding: the recurrence is linear in S.
+void run_segments(chunk_mma::MmaArgs& a, const ChunkWorkspaceLayout& layout, int P,
+                  ChunkStateKernel asked, float* ws, cudaStream_t s) {
+  using namespace chunk_mma;
+  MmaArgs seg = a;
+  seg.segments = P;
+  seg.B = a.B * P;
+  seg.cu = reinterpret_cast<const int32_t*>(ws + layout.cp_cu);
+  seg.cu_stride = 1;
+  seg.chunk_first = reinterpret_cast<int32_t*>(ws + layout.cp_chunk_first);
+  seg.boundary_first = reinterpret_cast<int32_t*>(ws + layout.cp_boundary_first);
+  seg.initial_slots = reinterpret_cast<const int32_t*>(ws + layout.cp_initial);
+  seg.initial_stride = 1;
+  seg.final_slots = reinterpret_cast<const int32_t*>(ws + layout.cp_final);
+  seg.final_stride = 1;
+  seg.initial_states = ws + layout.cp_states;
+  seg.initial_count = seg.B;
+  seg.transfer = ws + layout.cp_transfer;
+  segment_plan_kernel<<<1, 1, 0, s>>>(a, seg, reinterpret_cast<int32_t*>(ws + layout.cp_initial),
+                                      reinterpret_cast<int32_t*>(ws + layout.cp_final),
+                                      reinterpret_cast<int32_t*>(ws + layout.cp_cu));
+  HYLA_CUDA_CHECK_LAUNCH();
+  if (a.max_chunks > 0 && a.H > 0) launch_prepare(a, 1, 0, s);
+  if (a.B == 0) return;
+  launch_transfer(seg, s);
+  MmaArgs joined = a;
+  joined.segments = P;
+  joined.transfer = seg.transfer;
+  joined.initial_states = seg.initial_states;
+  launch_combine(joined, s);
+  int device = 0, sms = 0;
+  HYLA_CUDA_CHECK(cudaGetDevice(&device));
+  HYLA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const ChunkStateKernel kernel = asked != ChunkStateKernel::kAuto ? asked
+                                  : state_blocks(seg, ChunkStateKernel::kRoles) >= sms
+                                      ? ChunkStateKernel::kWide
+                                      : ChunkStateKernel::kRoles;
+  launch_state(seg, kernel, s);
+}
 
 }  // namespace
 
@@ -225,16 +313,25 @@ Status gated_delta_rule_chunk_mma(const GatedDeltaRuleParams& p, Stream stream) 
              int64_t(a.max_chunks) * a.HV * kC, " rows: TMA coordinates are 32-bit");
 
   const cudaStream_t s = to_cuda(stream);
+  launch_chunk_plan(a, s);
+  if (shape.cp_segments > 1) {  // a few long sequences of few heads
+    run_segments(a, layout, int(shape.cp_segments), p.state_kernel, ws, s);
+    return ok_status();
+  }
   const Schedule plan = schedule(a, kda, p.state_kernel);
 #ifdef HYLA_CHUNK_PROBE
   Probe probe(a, plan, s);
 #endif
   if (plan.side_by_side) {
+    // The flags, then the prepare kernel's two counters; its blocks on the first SMs (whole TPCs,
+    // as many as the state kernel has blocks) leave them to the state blocks.
+    const size_t flags = size_t(a.max_chunks) * size_t(a.HV);
     a.ready = reinterpret_cast<uint32_t*>(ws + layout.tc_ready);
-    HYLA_CUDA_CHECK(
-        cudaMemsetAsync(a.ready, 0, size_t(a.max_chunks) * size_t(a.HV) * sizeof(uint32_t), s));
+    a.claim = a.ready + flags;
+    a.reserved_sms = int(std::min<int64_t>(plan.prepare_blocks,
+                                           (chunk_mma::state_blocks(a, plan.state) + 1) / 2 * 2));
+    HYLA_CUDA_CHECK(cudaMemsetAsync(a.ready, 0, (flags + 2) * sizeof(uint32_t), s));
   }
-  launch_chunk_plan(a, s);
   if (a.max_chunks > 0 && a.H > 0) launch_prepare(a, plan.teams, plan.prepare_blocks, s);
   if (a.B > 0) launch_state(a, plan.state, s);
 #ifdef HYLA_CHUNK_PROBE

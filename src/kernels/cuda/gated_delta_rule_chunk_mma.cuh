@@ -50,6 +50,18 @@ struct MmaArgs : ChunkCall {
   // prepared; the state kernel runs as the prepare kernel's dependent and waits for its chunks.
   // Null: the state kernel runs after the prepare kernel.
   uint32_t* ready;
+  // Context parallelism (gated_delta_rule_chunk_mma.cu): `segments` segments a sequence; the
+  // calls over segments read initial states from initial_states ([initial_count, HV, d_v, d_k]
+  // f32, by initial_slots) instead of the pool; the transfer kernel writes `transfer`.
+  int segments;
+  const float* initial_states;
+  int64_t initial_count;
+  float* transfer;  // [B P, HV, d_k + d_v, d_k] f32
+  // Side by side: the prepare kernel runs a block on every SM; those on SM ids below
+  // reserved_sms (whole TPCs: ids 2i and 2i + 1 share one) leave at once for the state blocks,
+  // the others take items from claim[1]; claim[0] counts arrivals (low 16 bits) and workers.
+  uint32_t* claim;
+  int reserved_sms;
 #ifdef HYLA_CHUNK_PROBE
   // The timeline probe (a diagnostic build: -DHYLA_CHUNK_PROBE; tools/gpu/chunk_probe.sh): when
   // a (chunk, value head) item was done, [max_chunks, HV], then per state block of sequence 0
@@ -164,5 +176,11 @@ void launch_state(MmaArgs& a, ChunkStateKernel kernel, cudaStream_t s);
 int64_t state_blocks(const MmaArgs& a, ChunkStateKernel kernel);
 /// The wide kernel takes the call (d_v a multiple of 128).
 bool wide_fits(const MmaArgs& a);
+/// Context parallelism: each segment's transfer (M, L) into a.transfer, over a's segments as
+/// sequences (a.B = sequences x a.segments; wide_fits).
+void launch_transfer(MmaArgs& a, cudaStream_t s);
+/// Context parallelism: every segment's initial state into a.initial_states from the pool's
+/// initial states and the transfers; a over the real sequences (a.B of them).
+void launch_combine(const MmaArgs& a, cudaStream_t s);
 
 }  // namespace hyla::kernels::cuda::chunk_mma

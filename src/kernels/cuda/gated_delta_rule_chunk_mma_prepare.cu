@@ -117,7 +117,7 @@ template <bool kKda>
 constexpr int kItemHeads = kKda ? 1 : 2;
 
 template <bool kKda>
-struct PrepareSmem {
+struct alignas(16) PrepareSmem {  // teams' copies sit back to back: 16-byte tiles
   bf16 q[kC * kLdQK];  // raw q rows (zeros past the sequence); then value head h's A_kk (f32),
                        // inverted in place, over q (h = 0) or k (h = 1)
   bf16 k[kC * kLdQK];
@@ -127,6 +127,7 @@ struct PrepareSmem {
                                                               // scalar gate
   float Gc[kKda ? kC * kLdG : 4];  // KDA: G log2(e) per channel, [64][kLdG]; rows past n repeat
                                    // G_{n-1}
+  int next_item;                   // side by side: the team's next item from the counter
 };
 static_assert(2 * kC * kLdF * sizeof(float) <= 2 * kC * kLdQK * sizeof(bf16));
 /// A block is one to kMaxTeams teams of kTeamThreads threads, each working on its own item with
@@ -577,20 +578,46 @@ __global__ void __launch_bounds__(kTeamThreads* kMaxTeams<kKda>, 1)
   PrepareSmem<kKda>& s = reinterpret_cast<PrepareSmem<kKda>*>(smem_raw)[team];
   const int pairs = item_pairs<kKda>(a), per_chunk = a.H * pairs;
   const int items = a.max_chunks * per_chunk, stride = gridDim.x * teams;  // < 2^25 (the entry)
-  for (int item = blockIdx.x * teams + team; item < items; item += stride) {
+  const bool lead = threadIdx.x % kTeamThreads == 0;
+  const bool claimed = a.claim != nullptr;
+  if (claimed) {  // side by side: leave the state kernel's SMs, unless no other block works
+    int works = 0;
+    if (threadIdx.x == 0) {
+      uint32_t smid;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+      const bool reserved = int(smid) < a.reserved_sms;
+      const uint32_t before = atomicAdd(a.claim, reserved ? 1u : 1u + (1u << 16));
+      // The last block to arrive works when none of the others does (all reserved).
+      works = !reserved || ((before & 0xffffu) + 1 == gridDim.x && (before >> 16) == 0);
+    }
+    if (!__syncthreads_or(works)) return;
+    if (lead) s.next_item = int(atomicAdd(a.claim + 1, 1u));
+    team_sync();
+  }
+  int item = claimed ? s.next_item : blockIdx.x * teams + team;
+  while (item < items) {
+    int pending = 0;
+    if (claimed && lead) pending = int(atomicAdd(a.claim + 1, 1u));  // in flight meanwhile
     const int chunk = item / per_chunk, kh = item % per_chunk / pairs, pair = item % pairs;
     const int hv0 = kh * a.group + pair * kItemHeads<kKda>;
     const int heads = min(kItemHeads<kKda>, a.group - pair * kItemHeads<kKda>);
     prepare_chunk<kKda, kAsync>(a, s, hv0, heads, chunk);
     team_sync();  // the item's stores are issued; the next item rewrites the shared tiles
-    if (a.ready != nullptr && threadIdx.x % kTeamThreads == 0) {
+    if (a.ready != nullptr && lead) {
       __threadfence();
       for (int h = 0; h < heads; ++h) store_release(a.ready + chunk * a.HV + hv0 + h, 1u);
     }
 #ifdef HYLA_CHUNK_PROBE
-    if (a.probe != nullptr && threadIdx.x % kTeamThreads == 0)
+    if (a.probe != nullptr && lead)
       for (int h = 0; h < heads; ++h) a.probe[chunk * a.HV + hv0 + h] = probe_clock();
 #endif
+    if (claimed) {
+      if (lead) s.next_item = pending;
+      team_sync();
+      item = s.next_item;
+    } else {
+      item += stride;
+    }
   }
 }
 

@@ -89,9 +89,9 @@ constexpr size_t kStateSmemBytes = sizeof(StateSmem<VT, kKda>) + 1024;
 /// `full`. KDA's Kg / Qg / Kd and every T / A_qk / vec are chunk-major (row (chunk HV + hv) 64).
 template <int VT, bool kKda>
 __device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t* full, int chunk,
-                            int t0, int kh, int hv, int v0) {
+                            int t0, int kh, int hv, int v0, bool with_v = true) {
   const int row = (chunk * a.HV + hv) * kC;  // < 2^31 (the entry)
-  mbar_expect_tx(full, kStageBytes<VT, kKda>);
+  mbar_expect_tx(full, kStageBytes<VT, kKda> - (with_v ? 0u : uint32_t(kC * VT * 2)));
 #pragma unroll
   for (int box = 0; box < 2; ++box) {
     if constexpr (kKda) {
@@ -103,13 +103,39 @@ __device__ void issue_stage(const MmaArgs& a, StateStage<VT, kKda>& st, uint64_t
       tma_load_3d(st.q + box * kBox, &a.map_q, 64 * box, kh, t0, full);
     }
   }
-  // v: boxes of 64 columns (VT = 32: one box of 32)
+  // v: boxes of 64 columns (VT = 32: one box of 32); none for a transfer block
+  if (with_v) {
 #pragma unroll
-  for (int box = 0; box < (VT >= 64 ? VT / 64 : 1); ++box)
-    tma_load_3d(st.v + box * kBox, &a.map_v, v0 + 64 * box, hv, t0, full);
+    for (int box = 0; box < (VT >= 64 ? VT / 64 : 1); ++box)
+      tma_load_3d(st.v + box * kBox, &a.map_v, v0 + 64 * box, hv, t0, full);
+  }
   tma_load_2d(st.t, &a.map_t, 0, row, full);
   tma_load_2d(st.aqk, &a.map_aqk, 0, row, full);
   bulk_load(st.vec, a.vec + int64_t(row) * 4, 4 * kC * sizeof(float), full);
+}
+
+/// issue_stage's tiles into L2 only, a chunk before their loads are issued (side by side, where
+/// the prepare kernel's traffic lengthens the loads' latency).
+template <int VT, bool kKda>
+__device__ void prefetch_stage(const MmaArgs& a, int chunk, int t0, int kh, int hv, int v0) {
+  const int row = (chunk * a.HV + hv) * kC;
+#pragma unroll
+  for (int box = 0; box < 2; ++box) {
+    if constexpr (kKda) {
+      tma_prefetch_2d(&a.map_k, 64 * box, row);
+      tma_prefetch_2d(&a.map_q, 64 * box, row);
+      tma_prefetch_2d(&a.map_kd, 64 * box, row);
+    } else {
+      tma_prefetch_3d(&a.map_k, 64 * box, kh, t0);
+      tma_prefetch_3d(&a.map_q, 64 * box, kh, t0);
+    }
+  }
+#pragma unroll
+  for (int box = 0; box < (VT >= 64 ? VT / 64 : 1); ++box)
+    tma_prefetch_3d(&a.map_v, v0 + 64 * box, hv, t0);
+  tma_prefetch_2d(&a.map_t, 0, row);
+  tma_prefetch_2d(&a.map_aqk, 0, row);
+  bulk_prefetch(a.vec + int64_t(row) * 4, 4 * kC * sizeof(float));
 }
 
 /// Side by side: waits until the prepare kernel has written chunk `chunk` of value head hv (and,
@@ -510,7 +536,8 @@ __device__ __forceinline__ uint64_t tile_desc(uint64_t stage_desc, const void* s
 template <int VT, bool kKda, bool kProbe>
 __device__ __forceinline__ void issue_chunks(const MmaArgs& a, StateStage<VT, kKda> (&stage)[2],
                                              uint64_t (&full)[2], uint64_t (&empty)[2], int first,
-                                             int chunks, int begin, int hv, int v0) {
+                                             int chunks, int begin, int hv, int v0,
+                                             bool with_v = true) {
   const int kh = hv / a.group;
   for (int use = 0; use < chunks; ++use) {
 #ifdef HYLA_CHUNK_PROBE
@@ -525,7 +552,9 @@ __device__ __forceinline__ void issue_chunks(const MmaArgs& a, StateStage<VT, kK
     }
 #endif
     issue_stage<VT, kKda>(a, stage[use & 1], &full[use & 1], first + use, begin + use * kC, kh, hv,
-                          v0);
+                          v0, with_v);
+    if (a.ready != nullptr && use + 1 < chunks)
+      prefetch_stage<VT, kKda>(a, first + use + 1, begin + (use + 1) * kC, kh, hv, v0);
   }
   if (a.ready != nullptr) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
@@ -546,12 +575,19 @@ struct StateRows {
     return (slot * a.HV + hv) * state_floats + offset(i);
   }
 };
-/// S from pool slot `slot` (slot < 0: zeros).
+/// Sequence b's initial state slot: in a.initial_states when given (context parallelism: a
+/// segment's), else in the pool; -1: zeros.
+__device__ __forceinline__ int64_t initial_slot(const MmaArgs& a, int b) {
+  return chunk_pool_slot(a.initial_slots, a.initial_stride, b,
+                         a.initial_states != nullptr ? a.initial_count : a.num_slots);
+}
+/// S from initial slot `slot` (initial_slot; slot < 0: zeros).
 __device__ __forceinline__ void load_state(const MmaArgs& a, float (&S)[64], int64_t slot,
                                            const StateRows& r) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) {
-    S[i] = slot < 0      ? 0.0f
+    S[i] = slot < 0                      ? 0.0f
+           : a.initial_states != nullptr ? a.initial_states[r.at(a, slot, i)]
            : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[r.at(a, slot, i)])
                          : static_cast<const float*>(a.pool)[r.at(a, slot, i)];
   }
@@ -765,7 +801,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       (8 * (lane >> 4) + lane7) * kRowBytes + ((((2 * warp) | ((lane >> 3) & 1)) ^ lane7) << 4);
   float S[64];
   const StateRows rows{int64_t(a.d_v) * kD, hv, row0, c, v0};
-  load_state(a, S, chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots), rows);
+  load_state(a, S, initial_slot(a, b), rows);
   int64_t boundary = a.boundary_first[b];
   const auto state_chunk = [&]<int p>(int use) {
     const int n = min(kC, end - chunk_t0(use));
@@ -930,7 +966,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
                           ((((2 * wwarp) | ((lane >> 3) & 1)) ^ lane7) << 4);
   float S[64];
   const StateRows rows{int64_t(a.d_v) * kD, hv, row0, c, v0};
-  load_state(a, S, chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots), rows);
+  load_state(a, S, initial_slot(a, b), rows);
   int64_t boundary = a.boundary_first[b];
   const auto chunk = [&]<int p>(int use) {
     const int t0 = chunk_t0(use), n = min(kC, end - t0);
@@ -1028,6 +1064,167 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   store_state(a, S, chunk_pool_slot(a.final_slots, a.final_stride, b, a.num_slots), rows);
 }
 
+// ---- context parallelism: a segment's transfer (gated_delta_rule_chunk_mma.cu has the scheme)
+// ---- Over a segment of chunks the state maps as S^T_end = S^T_start M + L: M = the product of the
+// chunks' [d_k, d_k] maps (the recurrence run from S^T = I with v = 0), L = the segment run from
+// zeros with its v. This kernel runs both as rows of one augmented state, 128 rows a block: block z
+// = 0 the d_k rows of M (identity start, no v tile), z >= 1 the value rows 128 (z - 1) .. of L;
+// no o, no boundary states; the rows go to a.transfer [B', HV, d_k + d_v, d_k]. Two row warpgroups
+// and a TMA warpgroup, as the wide kernel; the last segment of each sequence needs no transfer.
+template <bool kKda>
+__global__ void __launch_bounds__(kWideThreads, 1)
+    wgmma_transfer_kernel(const __grid_constant__ MmaArgs a) {
+  constexpr int VT = 64 * kWide;
+  const int b = blockIdx.x, hv = blockIdx.y;
+  if (b % a.segments == a.segments - 1) return;  // the whole block: no barrier yet
+  const bool m_rows = blockIdx.z == 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wg = warp >> 2, wwarp = warp & 3, tid = threadIdx.x & 127;
+  const int g = lane >> 2, c = lane & 3, lane7 = lane & 7;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  WideSmem<kKda>& s = *reinterpret_cast<WideSmem<kKda>*>(
+      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], kWide);
+    mbar_init_fence();
+  }
+  int begin, end;
+  chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
+  const int first = a.chunk_first[b], last = a.chunk_first[b + 1], chunks = last - first;
+  __syncthreads();  // the mbarriers are initialised
+
+  if (warp >= 4 * kWide) {  // TMA
+    set_max_registers<40, false>();
+    if (warp == 4 * kWide && lane == 0)
+      issue_chunks<VT, kKda, false>(a, s.stage, s.full, s.empty, first, chunks, begin, hv,
+                                    m_rows ? 0 : (blockIdx.z - 1) * VT, /*with_v=*/!m_rows);
+    return;
+  }
+  set_max_registers<232, true>();
+  const int row0 = wwarp * 16 + g;
+  const uint32_t vt_off = wg * kBoxBytes + (8 * (lane >> 4) + lane7) * kRowBytes +
+                          ((((2 * wwarp) | ((lane >> 3) & 1)) ^ lane7) << 4);
+  // Start: M's rows the identity's (row r of this warpgroup is key 64 wg + r), L's zeros.
+  float S[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int row = 64 * wg + row0 + ((i >> 1) & 1) * 8, key = 8 * (i >> 2) + 2 * c + (i & 1);
+    S[i] = m_rows && row == key ? 1.0f : 0.0f;
+  }
+  const auto chunk = [&]<int p>(int use) {
+    const int n = min(kC, end - (begin + use * kC));
+    StateStage<VT, kKda>& st = s.stage[p];
+    mbar_wait(&s.full[p], (use >> 1) & 1);
+    if (n < kC) {
+      zero_tail<VT, kKda, 128 * kWide>(st, n, threadIdx.x);
+      fence_proxy_async();
+      named_sync(kBarWideTail, 128 * kWide);
+    }
+    const uint32_t stage_addr = smem_addr(&st);
+    const uint64_t k_major = wgmma::desc_k_major(stage_addr);
+    uint32_t sa[8][4];
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+    float X[32];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks)
+      wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
+                              ks > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(X);
+    // P^T = V^T - X Diag(kg) (M's rows: v = 0), Delta^T = P^T T^T.
+    const float* kg = kKda ? nullptr : st.vec;
+    [[maybe_unused]] const float* kd = kKda ? nullptr : st.vec + 2 * kC;
+    uint32_t pa[4][4];
+    if (m_rows) {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 2 * ks + (i >> 1), e = (i & 1) * 2;
+          const float2 f =
+              kKda ? make_float2(1.0f, 1.0f) : *reinterpret_cast<const float2*>(kg + 8 * j + 2 * c);
+          pa[ks][(i >> 1) * 2 + (i & 1)] = pack_bf16(-X[4 * j + e] * f.x, -X[4 * j + e + 1] * f.y);
+        }
+    } else {
+      p_fragments<kKda>(pa, X, smem_addr(st.v) + vt_off, kg, c);
+    }
+    float D[32];
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
+                              ks > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(D);
+    uint32_t da[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) acc_to_a(da[ks], D, ks, kKda ? nullptr : kd, c);
+    decay_state<kKda>(S, st.vec, n, c);
+    const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma::mma_m64n128k16<1>(
+          S, da[ks], tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes), true);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(S);
+    if (tid == 0) mbar_arrive(&s.empty[p]);
+  };
+  for_each_chunk(chunks, chunk);
+
+  // Rows 128 z + 64 wg .. of the segment's [d_k + d_v, d_k] transfer.
+  const StateRows rows{int64_t(kD + a.d_v) * kD, hv, row0, c, int(VT * blockIdx.z) + 64 * wg};
+#pragma unroll
+  for (int i = 0; i < 64; i += 2)
+    *reinterpret_cast<float2*>(a.transfer + rows.at(a, b, i)) = make_float2(S[i], S[i + 1]);
+}
+
+/// Context parallelism's combine, <<<(B, HV, d_v / 16), 256>>>: each sequence's segment initial
+/// states in order, S_0 from the pool (zeros without a slot) and S_{j+1} = S_j M_j + L_j from
+/// segment j's transfer, into a.initial_states [B', HV, d_v, d_k] f32 (entry b P + j). Rows are
+/// independent: a block takes 16 value rows, thread t row t / 16 and 8 keys at 8 (t % 16).
+__global__ void __launch_bounds__(256) segment_combine_kernel(const __grid_constant__ MmaArgs a) {
+  const int b = blockIdx.x, hv = blockIdx.y, P = a.segments;
+  const int r = threadIdx.x / 16, col = 8 * (threadIdx.x % 16), row = 16 * blockIdx.z + r;
+  __shared__ float sj[16][kD];
+  const int64_t slot = chunk_pool_slot(a.initial_slots, a.initial_stride, b, a.num_slots);
+  const int64_t state_floats = int64_t(a.d_v) * kD;
+  float x[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int64_t at = (slot * a.HV + hv) * state_floats + int64_t(row) * kD + col + e;
+    x[e] = slot < 0      ? 0.0f
+           : a.pool_bf16 ? __bfloat162float(static_cast<const bf16*>(a.pool)[at])
+                         : static_cast<const float*>(a.pool)[at];
+  }
+  float* out = const_cast<float*>(a.initial_states);
+  for (int j = 0;; ++j) {
+    const int64_t seg = int64_t(b) * P + j;
+    float* dst = out + (seg * a.HV + hv) * state_floats + int64_t(row) * kD + col;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = x[e], sj[r][col + e] = x[e];
+    if (j == P - 1) break;
+    __syncthreads();
+    const float* ml = a.transfer + (seg * a.HV + hv) * int64_t(kD + a.d_v) * kD;
+    const float* l = ml + int64_t(kD + row) * kD + col;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = l[e];
+    for (int k = 0; k < kD; ++k) {
+      const float s = sj[r][k];
+      const float4 m0 = *reinterpret_cast<const float4*>(ml + int64_t(k) * kD + col);
+      const float4 m1 = *reinterpret_cast<const float4*>(ml + int64_t(k) * kD + col + 4);
+      x[0] += s * m0.x, x[1] += s * m0.y, x[2] += s * m0.z, x[3] += s * m0.w;
+      x[4] += s * m1.x, x[5] += s * m1.y, x[6] += s * m1.z, x[7] += s * m1.w;
+    }
+    __syncthreads();
+  }
+}
+
 /// The state kernels' tensor maps (MmaArgs::map_*) for value tiles of VT columns; o's (whole
 /// chunks written by the wgmma kernel) when a.o_tma. The rows read or written as they are passed
 /// chunk_bf16_rows (16-byte aligned, strides multiples of 16 bytes, heads inside tokens), as TMA
@@ -1100,6 +1297,27 @@ void launch_wide(MmaArgs& a, cudaStream_t s) {
 }  // namespace
 
 bool wide_fits(const MmaArgs& a) { return a.d_v % (kWgVT * kWide) == 0; }
+
+void launch_transfer(MmaArgs& a, cudaStream_t s) {
+  HYLA_CHECK(wide_fits(a) && a.segments > 1 && a.transfer != nullptr, "transfer kernel");
+  if (a.T > 0) encode_state_maps(a, a.per_channel, kWgVT);
+  const dim3 grid(unsigned(a.B), unsigned(a.HV), unsigned(1 + a.d_v / (kWgVT * kWide)));
+  if (a.per_channel) {
+    allow_dynamic_smem(wgmma_transfer_kernel<true>, kWideSmemBytes<true>);
+    wgmma_transfer_kernel<true><<<grid, kWideThreads, kWideSmemBytes<true>, s>>>(a);
+  } else {
+    allow_dynamic_smem(wgmma_transfer_kernel<false>, kWideSmemBytes<false>);
+    wgmma_transfer_kernel<false><<<grid, kWideThreads, kWideSmemBytes<false>, s>>>(a);
+  }
+  HYLA_CUDA_CHECK_LAUNCH();
+}
+
+void launch_combine(const MmaArgs& a, cudaStream_t s) {
+  HYLA_CHECK(a.segments > 1 && a.d_v % 16 == 0, "combine kernel");
+  segment_combine_kernel<<<dim3(unsigned(a.B), unsigned(a.HV), unsigned(a.d_v / 16)), 256, 0, s>>>(
+      a);
+  HYLA_CUDA_CHECK_LAUNCH();
+}
 
 int64_t state_blocks(const MmaArgs& a, ChunkStateKernel kernel) {
   const int64_t rows = kernel == ChunkStateKernel::kWide ? kWgVT * kWide

@@ -128,6 +128,7 @@ struct ChunkCase {
   bool l2norm = true;
   float scale = 0.0f;
   ChunkStateKernel state = ChunkStateKernel::kAuto;  // the tensor-core body's state kernel
+  int cp = 0;  // context-parallel segments (0: the body's choice)
 
   std::string name() const {
     std::string lens;
@@ -138,7 +139,8 @@ struct ChunkCase {
                    commit ? "" : "_nocommit", l2norm ? "" : "_nol2norm",
                    state == ChunkStateKernel::kRoles  ? "_roles"
                    : state == ChunkStateKernel::kWide ? "_wide"
-                                                      : "");
+                                                      : "",
+                   cp > 0 ? str_cat("_cp", cp) : "");
   }
   int64_t T() const {
     int64_t t = 0;
@@ -249,6 +251,7 @@ HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
   p.use_qk_l2norm = c.l2norm;
   p.scale = c.scale;
   p.state_kernel = c.state;
+  p.cp_segments = c.cp;
   if (c.uses_pool()) p.state_pool = h.pool;
   if (c.initial) p.initial_slots = h.initial_slots;
   if (c.commit) p.final_slots = h.final_slots;
@@ -518,6 +521,53 @@ TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
   }
 }
 
+// Context parallelism (each sequence in segments run at once, joined by their transfers): the same
+// results as the CPU body, as without it. Segments of one chunk or none (short sequences), a
+// partial chunk inside a segment that is not the last, initial states from bf16 and f32 pools,
+// boundary states, GDN's q / k copies, KDA's safe gate, two and three value-row blocks of 128, the
+// most segments, and each state kernel over the segments. (GDN's single sequence of 5000 tokens
+// in the test above takes it, P = 8, by the body's choice.)
+TEST(GatedDeltaRuleChunkCudaTest, ContextParallelMatchesCpuBody) {
+  HYLA_SKIP_WITHOUT_CUDA();
+  std::vector<ChunkCase> cases;
+  cases.push_back({.seqlens = {1, 63, 64, 65, 200, 1000, 0, 130, 700},
+                   .H = 2,
+                   .HV = 2,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .pool = kBF16,
+                   .cp = 4});
+  cases.push_back(
+      {.seqlens = {2000}, .H = 1, .HV = 2, .d_k = 128, .d_v = 128, .act = kBF16, .cp = 16});
+  cases.push_back({.seqlens = {1500, 70},
+                   .H = 1,
+                   .HV = 1,
+                   .d_k = 128,
+                   .d_v = 256,
+                   .act = kBF16,
+                   .state = ChunkStateKernel::kWide,
+                   .cp = 3});
+  cases.push_back({.seqlens = {300, 5, 129, 1000},
+                   .H = 1,
+                   .HV = 2,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .gate = Gate::kKdaSafe,
+                   .act = kBF16,
+                   .cp = 5});
+  cases.push_back({.seqlens = {900},
+                   .H = 2,
+                   .HV = 4,
+                   .d_k = 128,
+                   .d_v = 128,
+                   .gate = Gate::kKda,
+                   .state = ChunkStateKernel::kRoles,
+                   .cp = 2});
+  const uint32_t seed = base_seed();
+  for (size_t i = 0; i < cases.size(); ++i)
+    expect_cuda_matches_cpu(cases[i], seed + 300 + uint32_t(i), /*tensor_cores=*/true);
+}
+
 // Extend picks chunk on CUDA from kCudaChunkMinTokens tokens per sequence (always with
 // chunk_states) and then gives exactly the chunk result.
 TEST(GatedDeltaRuleChunkCudaTest, ExtendRunsChunkForLongSequences) {
@@ -578,6 +628,17 @@ TEST(GatedDeltaRuleChunkCudaTest, WorkspaceKeyWidthAndStateKernelAreChecked) {
   HostProblem hn = make_host_problem(narrow, rng);
   DeviceProblem dn = make_device_problem(narrow, hn);
   EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(dn.params), "d_v a multiple of 128");
+  EXPECT_TRUE(still_poisoned(on_host(dn.o.storage))) << "a refused call wrote o";
+
+  // Context parallelism out of range, or where it cannot run (d_v 64): refused, nothing written.
+  GatedDeltaRuleParams cp = dn.params;
+  cp.state_kernel = ChunkStateKernel::kAuto;
+  cp.cp_segments = 17;
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(cp), "cp_segments 17");
+  cp.cp_segments = -1;
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(cp), "cp_segments -1");
+  cp.cp_segments = 4;
+  EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(cp), "d_v a multiple of 128");
   EXPECT_TRUE(still_poisoned(on_host(dn.o.storage))) << "a refused call wrote o";
 }
 
