@@ -654,6 +654,54 @@ __device__ __forceinline__ void decay_state(float (&S)[64], const float* vec, in
     }
   }
 }
+/// The products every state warpgroup issues (no commit or wait: the callers order them), over a
+/// stage whose descriptors start at k_major (K-major tiles) or mn_major (the k tile MN-major).
+/// S^T as bf16 A fragments of the 128-key products.
+__device__ __forceinline__ void s_fragments(uint32_t (&sa)[8][4], const float (&S)[64], int c) {
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+}
+/// Y = S^T R^T for the stage's 128-key tile R (k or q): m64n64k16 x 8.
+template <class Stage>
+__device__ __forceinline__ void issue_keys_product(float (&Y)[32], const uint32_t (&sa)[8][4],
+                                                   uint64_t k_major, const Stage& st,
+                                                   const bf16* tile) {
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks)
+    wgmma::mma_m64n64k16<0>(Y, sa[ks], tile_desc(k_major, &st, tile, wgmma::k_step_bytes(ks)),
+                            ks > 0);
+}
+/// Delta^T = P^T T^T: m64n64k16 x 4.
+template <class Stage>
+__device__ __forceinline__ void issue_delta_product(float (&D)[32], const uint32_t (&pa)[4][4],
+                                                    uint64_t k_major, const Stage& st) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
+                            ks > 0);
+}
+/// Delta^T as A fragments: da plain, dd (GDN) times kd, the update's operand.
+template <bool kKda>
+__device__ __forceinline__ void delta_fragments(uint32_t (&da)[4][4], uint32_t (&dd)[4][4],
+                                                const float (&D)[32], const float* kd, int c) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    acc_to_a(da[ks], D, ks, nullptr, c);
+    if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
+  }
+}
+/// S^T += Delta^T Diag(kd) K (KDA: Delta^T Kd), S^T decayed before: m64n128k16 x 4.
+template <bool kKda, class Stage>
+__device__ __forceinline__ void issue_state_update(float (&S)[64], const uint32_t (&da)[4][4],
+                                                   const uint32_t (&dd)[4][4], uint64_t mn_major,
+                                                   const Stage& st) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wgmma::mma_m64n128k16<1>(S, kKda ? da[ks] : dd[ks],
+                             tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes),
+                             true);
+}
+
 /// GDN: O^T's token columns times qg.
 __device__ __forceinline__ void scale_columns(float (&O)[32], const float* qg, int c) {
 #pragma unroll
@@ -831,14 +879,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
     // X = S^T K^T, A = S^T as bf16, which also goes to the output warpgroup's tile meanwhile.
     uint32_t sa[8][4];
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+    s_fragments(sa, S, c);
     float X[32];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_keys_product(X, sa, k_major, st, st.k);
     wgmma::commit();
 #ifdef HYLA_CHUNK_PROBE
     const unsigned long long read_start = probe_clock();
@@ -860,29 +904,18 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     p_fragments<kKda>(pa, X, smem_addr(st.v) + vt_off, kg, c);
     float D[32];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_delta_product(D, pa, k_major, st);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(D);
 
     // S^T = exp(G_n) S^T + Delta^T Diag(kd) K; Delta^T to the output warpgroup meanwhile.
     uint32_t da[4][4], dd[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      acc_to_a(da[ks], D, ks, nullptr, c);
-      if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
-    }
+    delta_fragments<kKda>(da, dd, D, kd, c);
     decay_state<kKda>(S, st.vec, n, c);
     const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n128k16<1>(S, kKda ? da[ks] : dd[ks],
-                               tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes),
-                               true);
+    issue_state_update<kKda>(S, da, dd, mn_major, st);
     wgmma::commit();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) store_a(smem_addr(s.d16[p]), da[ks], ks, warp, lane);
@@ -982,19 +1015,12 @@ __global__ void __launch_bounds__(kWideThreads, 1)
 
     // X = S^T K^T and Xq = S^T Q^T (into O), A = S^T as bf16; X first.
     uint32_t sa[8][4];
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+    s_fragments(sa, S, c);
     float X[32], O[32];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_keys_product(X, sa, k_major, st, st.k);
     wgmma::commit();
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wgmma::mma_m64n64k16<0>(O, sa[ks], tile_desc(k_major, &st, st.q, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_keys_product(O, sa, k_major, st, st.q);
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::fence_operand(X);
@@ -1007,10 +1033,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     p_fragments<kKda>(pa, X, smem_addr(st.v) + vt_off, kg, c);
     float D[32];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_delta_product(D, pa, k_major, st);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(D);
@@ -1019,11 +1042,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     // O^T = Xq Diag(qg) + Delta^T A_qk^T; S^T = exp(G_n) S^T + Delta^T Diag(kd) K.
     if constexpr (!kKda) scale_columns(O, qg, c);
     uint32_t da[4][4], dd[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      acc_to_a(da[ks], D, ks, nullptr, c);
-      if constexpr (!kKda) acc_to_a(dd[ks], D, ks, kd, c);
-    }
+    delta_fragments<kKda>(da, dd, D, kd, c);
     decay_state<kKda>(S, st.vec, n, c);
     const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
     wgmma::fence();
@@ -1031,11 +1050,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     for (int ks = 0; ks < 4; ++ks)
       wgmma::mma_m64n64k16<0>(O, da[ks], tile_desc(k_major, &st, st.aqk, wgmma::k_step_bytes(ks)),
                               true);
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n128k16<1>(S, kKda ? da[ks] : dd[ks],
-                               tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes),
-                               true);
+    issue_state_update<kKda>(S, da, dd, mn_major, st);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(O);
@@ -1123,14 +1138,10 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     const uint32_t stage_addr = smem_addr(&st);
     const uint64_t k_major = wgmma::desc_k_major(stage_addr);
     uint32_t sa[8][4];
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) acc_to_a(sa[ks], S, ks, nullptr, c);
+    s_fragments(sa, S, c);
     float X[32];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks)
-      wgmma::mma_m64n64k16<0>(X, sa[ks], tile_desc(k_major, &st, st.k, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_keys_product(X, sa, k_major, st, st.k);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(X);
@@ -1153,23 +1164,16 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     }
     float D[32];
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n64k16<0>(D, pa[ks], tile_desc(k_major, &st, st.t, wgmma::k_step_bytes(ks)),
-                              ks > 0);
+    issue_delta_product(D, pa, k_major, st);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(D);
-    uint32_t da[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) acc_to_a(da[ks], D, ks, kKda ? nullptr : kd, c);
+    uint32_t da[4][4], dd[4][4];
+    delta_fragments<kKda>(da, dd, D, kd, c);
     decay_state<kKda>(S, st.vec, n, c);
     const uint64_t mn_major = wgmma::desc_mn_major(stage_addr, kBoxBytes);
     wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      wgmma::mma_m64n128k16<1>(
-          S, da[ks], tile_desc(mn_major, &st, kKda ? st.kd : st.k, ks * 16 * kRowBytes), true);
+    issue_state_update<kKda>(S, da, dd, mn_major, st);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(S);
