@@ -143,6 +143,16 @@ int64_t chunk_cp_segments(int64_t T, int64_t B, int64_t HV, int64_t d_v) {
   return P >= 4 ? P : 1;
 }
 
+namespace {
+
+/// The tensor-core body's kernels of 128 value rows a block (the wide state kernel, context
+/// parallelism's transfer kernel) take the call: d_k 128 and d_v a multiple of 128.
+bool chunk_takes_128_rows(const GatedDeltaRuleParams& p) {
+  return chunk_uses_tensor_cores(p) && p.v.size(2) % 128 == 0;
+}
+
+}  // namespace
+
 ChunkWorkspaceShape chunk_workspace_shape(const GatedDeltaRuleParams& p) {
   const bool tc = chunk_uses_tensor_cores(p);
   const int64_t T = p.q.size(0), B = p.cu_seqlens.size(0) - 1, HV = p.v.size(1), d_v = p.v.size(2);
@@ -229,7 +239,7 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   if (p.q.size(2) > kCudaChunkMaxKeyDim)
     return unsupported(op, ": d_k = ", p.q.size(2), " on CUDA, expected at most ",
                        kCudaChunkMaxKeyDim);
-  if (p.cp_segments > 1 && !(chunk_uses_tensor_cores(p) && p.v.size(2) % 128 == 0))
+  if (p.cp_segments > 1 && !chunk_takes_128_rows(p))
     return invalid_argument(op, ": cp_segments ", p.cp_segments,
                             " needs the tensor-core body (d_k 128) and d_v a multiple of 128, got ",
                             "d_k ", p.q.size(2), ", d_v ", p.v.size(2));
@@ -246,8 +256,7 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
                             " (gated_delta_rule_chunk_workspace_bytes)");
   if (reinterpret_cast<uintptr_t>(p.workspace.raw()) % 16 != 0)
     return invalid_argument(op, ": workspace is not 16-byte aligned");
-  if (p.state_kernel == ChunkStateKernel::kWide &&
-      !(chunk_uses_tensor_cores(p) && p.v.size(2) % 128 == 0))
+  if (p.state_kernel == ChunkStateKernel::kWide && !chunk_takes_128_rows(p))
     return invalid_argument(op, ": state_kernel kWide needs the tensor-core body (d_k 128) and ",
                             "d_v a multiple of 128, got d_k ", p.q.size(2), ", d_v ", p.v.size(2));
 #if HYLA_WITH_CUDA

@@ -654,6 +654,37 @@ __device__ __forceinline__ void decay_state(float (&S)[64], const float* vec, in
     }
   }
 }
+/// The wgmma kernels' shared memory at the block's first 1024-byte boundary (the swizzled boxes'
+/// alignment); thread 0 initialises the two stages' mbarriers: `full` completes on the TMA
+/// thread's arrival and the bytes, `empty` on one arrival from each of `readers` warpgroups.
+template <class Smem>
+__device__ __forceinline__ Smem& stage_smem(unsigned char* raw, int readers) {
+  Smem& s = *reinterpret_cast<Smem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], readers);
+    mbar_init_fence();
+  }
+  return s;
+}
+/// V^T's fragments: transposed ldmatrix of a v box [t][64 value rows], token rows 16 j + 8 (lane /
+/// 16) + lane % 8, value piece 2 w + (lane / 8) % 2 (swizzled by row % 8), w the warp's index in
+/// its warpgroup: the lane's byte offset in the box.
+__device__ __forceinline__ uint32_t vt_offset(int w, int lane) {
+  const int lane7 = lane & 7;
+  return (8 * (lane >> 4) + lane7) * kRowBytes + ((((2 * w) | ((lane >> 3) & 1)) ^ lane7) << 4);
+}
+/// A partial chunk (n < 64 rows): rows n .. of the stage's tiles to zeros (zero_tail) by the
+/// kThreads threads that read it, fenced for wgmma and joined on named barrier `bar` (each warp's
+/// share of a product reads every row of B).
+template <int VT, bool kKda, int kThreads>
+__device__ __forceinline__ void zero_partial_chunk(StateStage<VT, kKda>& st, int n, int bar) {
+  if (n < kC) {
+    zero_tail<VT, kKda, kThreads>(st, n, threadIdx.x);
+    fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
+    named_sync(bar, kThreads);
+  }
+}
+
 /// The products every state warpgroup issues (no commit or wait: the callers order them), over a
 /// stage whose descriptors start at k_major (K-major tiles) or mn_major (the k tile MN-major).
 /// S^T as bf16 A fragments of the 128-key products.
@@ -752,14 +783,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   constexpr int VT = kWgVT;
   const int b = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * VT;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, c = lane & 3, lane7 = lane & 7;
+  const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  WgStateSmem<kKda>& s = *reinterpret_cast<WgStateSmem<kKda>*>(
-      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], 2);
-    mbar_init_fence();
-  }
+  WgStateSmem<kKda>& s = stage_smem<WgStateSmem<kKda>>(smem_raw, 2);
   int begin, end;
   chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
   const int first = a.chunk_first[b], last = a.chunk_first[b + 1], chunks = last - first;
@@ -843,10 +869,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   // The state warpgroup.
   const int row0 = warp * 16 + g;  // this thread's state rows row0, row0 + 8
-  // V^T's fragments: transposed ldmatrix of the v tile [t][64 value rows], token rows
-  // 16 j + 8 (lane / 16) + lane % 8, value piece 2 warp + (lane / 8) % 2 (swizzled by row % 8).
-  const uint32_t vt_off =
-      (8 * (lane >> 4) + lane7) * kRowBytes + ((((2 * warp) | ((lane >> 3) & 1)) ^ lane7) << 4);
+  // V^T's fragments in the v box, as vt_offset(warp, lane).
+  const uint32_t vt_off = (8 * (lane >> 4) + (lane & 7)) * kRowBytes +
+                          ((((2 * warp) | ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
   float S[64];
   const StateRows rows{int64_t(a.d_v) * kD, hv, row0, c, v0};
   load_state(a, S, initial_slot(a, b), rows);
@@ -866,12 +891,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       at[2] = full_start, at[3] = probe_clock(), at[4] = clock64(), at[9] = smid;
     }
 #endif
-    if (n < kC) {
-      zero_tail<VT, kKda, 128>(st, n, threadIdx.x);
-      fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
-      // Each warp's share of a product reads every row of B: all four warps' zeros first.
-      named_sync(kBarState, 128);
-    }
+    zero_partial_chunk<VT, kKda, 128>(st, n, kBarState);
     const float* kg = kKda ? nullptr : st.vec;  // GDN's per-token factors
     [[maybe_unused]] const float* kd = kKda ? nullptr : st.vec + 2 * kC;
     const uint32_t stage_addr = smem_addr(&st);
@@ -971,14 +991,9 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wg = warp >> 2, wwarp = warp & 3, tid = threadIdx.x & 127;
   const int v0 = blockIdx.z * VT + wg * kWgVT;  // this warpgroup's value rows
-  const int g = lane >> 2, c = lane & 3, lane7 = lane & 7;
+  const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  WideSmem<kKda>& s = *reinterpret_cast<WideSmem<kKda>*>(
-      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], kWide);
-    mbar_init_fence();
-  }
+  WideSmem<kKda>& s = stage_smem<WideSmem<kKda>>(smem_raw, kWide);
   int begin, end;
   chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
   const int first = a.chunk_first[b], last = a.chunk_first[b + 1], chunks = last - first;
@@ -994,9 +1009,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   }
   set_max_registers<232, true>();
   const int row0 = wwarp * 16 + g;  // this thread's state rows row0, row0 + 8
-  // V^T's fragments from this warpgroup's v box, as in the kernel above.
-  const uint32_t vt_off = wg * kBoxBytes + (8 * (lane >> 4) + lane7) * kRowBytes +
-                          ((((2 * wwarp) | ((lane >> 3) & 1)) ^ lane7) << 4);
+  const uint32_t vt_off = wg * kBoxBytes + vt_offset(wwarp, lane);  // this warpgroup's v box
   float S[64];
   const StateRows rows{int64_t(a.d_v) * kD, hv, row0, c, v0};
   load_state(a, S, initial_slot(a, b), rows);
@@ -1005,11 +1018,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     const int t0 = chunk_t0(use), n = min(kC, end - t0);
     StateStage<VT, kKda>& st = s.stage[p];
     mbar_wait(&s.full[p], (use >> 1) & 1);
-    if (n < kC) {
-      zero_tail<VT, kKda, 128 * kWide>(st, n, threadIdx.x);
-      fence_proxy_async();  // the zeros, written by threads, before wgmma reads the tiles
-      named_sync(kBarWideTail, 128 * kWide);
-    }
+    zero_partial_chunk<VT, kKda, 128 * kWide>(st, n, kBarWideTail);
     const uint32_t stage_addr = smem_addr(&st);
     const uint64_t k_major = wgmma::desc_k_major(stage_addr);
 
@@ -1095,14 +1104,9 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   const bool m_rows = blockIdx.z == 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wg = warp >> 2, wwarp = warp & 3, tid = threadIdx.x & 127;
-  const int g = lane >> 2, c = lane & 3, lane7 = lane & 7;
+  const int g = lane >> 2, c = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  WideSmem<kKda>& s = *reinterpret_cast<WideSmem<kKda>*>(
-      smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));  // 1024-byte aligned
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; ++i) mbar_init(&s.full[i], 1), mbar_init(&s.empty[i], kWide);
-    mbar_init_fence();
-  }
+  WideSmem<kKda>& s = stage_smem<WideSmem<kKda>>(smem_raw, kWide);
   int begin, end;
   chunk_sequence_range(a.cu, a.cu_stride, a.T, b, begin, end);
   const int first = a.chunk_first[b], last = a.chunk_first[b + 1], chunks = last - first;
@@ -1117,8 +1121,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
   }
   set_max_registers<232, true>();
   const int row0 = wwarp * 16 + g;
-  const uint32_t vt_off = wg * kBoxBytes + (8 * (lane >> 4) + lane7) * kRowBytes +
-                          ((((2 * wwarp) | ((lane >> 3) & 1)) ^ lane7) << 4);
+  const uint32_t vt_off = wg * kBoxBytes + vt_offset(wwarp, lane);
   // Start: M's rows the identity's (row r of this warpgroup is key 64 wg + r), L's zeros.
   float S[64];
 #pragma unroll
@@ -1130,11 +1133,7 @@ __global__ void __launch_bounds__(kWideThreads, 1)
     const int n = min(kC, end - (begin + use * kC));
     StateStage<VT, kKda>& st = s.stage[p];
     mbar_wait(&s.full[p], (use >> 1) & 1);
-    if (n < kC) {
-      zero_tail<VT, kKda, 128 * kWide>(st, n, threadIdx.x);
-      fence_proxy_async();
-      named_sync(kBarWideTail, 128 * kWide);
-    }
+    zero_partial_chunk<VT, kKda, 128 * kWide>(st, n, kBarWideTail);
     const uint32_t stage_addr = smem_addr(&st);
     const uint64_t k_major = wgmma::desc_k_major(stage_addr);
     uint32_t sa[8][4];
