@@ -3,7 +3,7 @@
 #include "kernels/attn_res.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -58,17 +58,9 @@ Status check_attn_res_mix(const AttnResMixParams& p) {
 
 Status attn_res_mix(const AttnResMixParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_attn_res_mix(p));
-  const OpScope scope("attn_res_mix", p.partial.device(), stream);
-  if (p.partial.device().is_cpu()) {
-    cpu::attn_res_mix(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::attn_res_mix(p, stream);
-#else
-  (void)stream;
-  return unsupported("attn_res_mix: this build has no CUDA support");
-#endif
+  return dispatch(
+      "attn_res_mix", p.partial.device(), stream, [&] { cpu::attn_res_mix(p); },
+      HYLA_CUDA_BODY(cuda::attn_res_mix(p, stream)));
 }
 
 }  // namespace hyla::kernels

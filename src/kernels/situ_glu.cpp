@@ -2,7 +2,7 @@
 #include "kernels/situ_glu.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 #include "kernels/swiglu.h"  // check_glu_layout
 
 namespace hyla::kernels {
@@ -21,17 +21,9 @@ Status check_situ_and_mul(const SituAndMulParams& p) {
 
 Status situ_and_mul(const SituAndMulParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_situ_and_mul(p));
-  const OpScope scope("situ_and_mul", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::situ_and_mul(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::situ_and_mul(p, stream);
-#else
-  (void)stream;
-  return unsupported("situ_and_mul: this build has no CUDA support");
-#endif
+  return dispatch(
+      "situ_and_mul", p.x.device(), stream, [&] { cpu::situ_and_mul(p); },
+      HYLA_CUDA_BODY(cuda::situ_and_mul(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -2,7 +2,7 @@
 #include "kernels/swiglu.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -29,17 +29,9 @@ Status check_glu_layout(std::string_view op, const TensorView& x, const TensorVi
 
 Status silu_and_mul(const SiluAndMulParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_glu_layout("silu_and_mul", p.x, p.y));
-  const OpScope scope("silu_and_mul", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::silu_and_mul(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::silu_and_mul(p, stream);
-#else
-  (void)stream;
-  return unsupported("silu_and_mul: this build has no CUDA support");
-#endif
+  return dispatch(
+      "silu_and_mul", p.x.device(), stream, [&] { cpu::silu_and_mul(p); },
+      HYLA_CUDA_BODY(cuda::silu_and_mul(p, stream)));
 }
 
 }  // namespace hyla::kernels
