@@ -1,4 +1,4 @@
-// Entry point of SwiGLU (silu_and_mul): argument checks, then dispatch to the CPU or CUDA body.
+// Entry point of SwiGLU: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/swiglu.h"
 
 #include "core/check.h"
@@ -27,11 +27,11 @@ Status check_glu_layout(std::string_view op, const TensorView& x, const TensorVi
   return ok_status();
 }
 
-Status silu_and_mul(const SiluAndMulParams& p, Stream stream) {
-  HYLA_RETURN_IF_ERROR(check_glu_layout("silu_and_mul", p.x, p.y));
+Status swiglu(const SwigluParams& p, Stream stream) {
+  HYLA_RETURN_IF_ERROR(check_glu_layout("swiglu", p.x, p.y));
   return dispatch(
-      "silu_and_mul", p.x.device(), stream, [&] { cpu::silu_and_mul(p); },
-      HYLA_CUDA_BODY(cuda::silu_and_mul(p, stream)));
+      "swiglu", p.x.device(), stream, [&] { cpu::swiglu(p); },
+      HYLA_CUDA_BODY(cuda::swiglu(p, stream)));
 }
 
 }  // namespace hyla::kernels
