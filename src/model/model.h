@@ -19,7 +19,7 @@
 #include "model/layers/attn_residual.h"
 #include "model/layers/gdn.h"
 #include "model/layers/kda.h"
-#include "model/layers/mla.h"
+#include "model/layers/latent_attention.h"
 #include "model/layers/mlp.h"
 #include "model/linear_backends.h"
 #include "model/mtp.h"
