@@ -288,6 +288,12 @@ LayerPart mixer_part(MixerKind kind) {
   return LayerPart::kFullAttention;
 }
 
+/// Whether any layer reads KV pages (full attention or MLA): then a step builds a PagedBatch.
+bool has_attention(const ModelConfig& c) {
+  return std::any_of(c.mixers.begin(), c.mixers.end(),
+                     [](MixerKind k) { return !is_linear_mixer(k); });
+}
+
 /// What forward_batch and forward_mtp (`op`) both read: the sequences, cu_seqlens, past, page
 /// tables that cover every position (when `pages`), token ids.
 Status check_sequences(const Batch& batch, int64_t page_size, bool pages, int64_t vocab,
@@ -319,10 +325,8 @@ Status check_sequences(const Batch& batch, int64_t page_size, bool pages, int64_
 
 Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
   const int64_t B = batch.num_sequences();
-  bool any_attention = false;
-  for (MixerKind k : c.mixers) any_attention |= !is_linear_mixer(k);
   HYLA_RETURN_IF_ERROR(
-      check_sequences(batch, memory.page_size, any_attention, c.vocab_size, "forward_batch"));
+      check_sequences(batch, memory.page_size, has_attention(c), c.vocab_size, "forward_batch"));
   if (int64_t(batch.state_slots.size()) != B)
     return invalid_argument("forward_batch: state_slots needs ", B, " entries (one per sequence)");
   // k_pages / v_pages may go on with the MTP head's layers
@@ -363,8 +367,13 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   HYLA_RETURN_IF_ERROR(check_batch(batch, memory, c));
   const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers;
   const Device dev = device();
-  // tokens, cu_seqlens, slots and last rows: one upload per step
+  // tokens, cu_seqlens, slots and last rows: one upload per step; the attention layers' page
+  // indices: one more, when the model has attention layers
   const StepIndices indices = StepIndices::pack(batch, dev, memory.staging);
+  std::optional<PagedBatch> paged;
+  if (has_attention(c)) {
+    HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev, memory.staging));
+  }
 
   // Profiling (hyla bench --profile): the time of each part, by layer kind.
   LayerTimes* const times = memory.layer_times;
@@ -393,7 +402,6 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
   }
   Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
   Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
-  std::optional<PagedBatch> paged;  // the attention layers' index tensors
   // A verify step's record: the caller's tensors are reused where their shapes match.
   if (batch.verify && memory.verify->layers.size() != size_t(L))
     memory.verify->layers.assign(size_t(L), LinearVerifyRecord{});
@@ -433,9 +441,6 @@ Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memor
                                : kda_forward(layer.kda, c, normed, linear, branch));
     } else {
       // Attention and MLA write the new tokens' rows to the pages and attend over them in place.
-      if (!paged) {  // once per step, at the first attention layer
-        HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev, memory.staging));
-      }
       const LayerPages pages{.k = memory.k_pages[size_t(i)], .v = memory.v_pages[size_t(i)]};
       HYLA_RETURN_IF_ERROR(
           kind == MixerKind::kFullAttention
@@ -575,60 +580,6 @@ Result<MtpOutput> Model::forward_mtp(const Batch& batch, const Tensor& hidden,
   return out;
 }
 
-HostStaging::HostStaging(int64_t capacity)
-    : data_(static_cast<int32_t*>(pinned_alloc(size_t(capacity) * sizeof(int32_t)))),
-      capacity_(capacity) {}
-
-HostStaging::~HostStaging() { pinned_free(data_); }
-
-int32_t* HostStaging::take(int64_t n) {
-  if (used_ + n > capacity_) return nullptr;
-  int32_t* at = data_ + used_;
-  used_ += n;
-  return at;
-}
-
-Tensor upload_i32(const std::vector<int32_t>& packed, Device device, HostStaging* staging,
-                  bool upload) {
-  const int64_t n = int64_t(packed.size());
-  int32_t* staged = staging && device.is_cuda() ? staging->take(n) : nullptr;
-  if (staged) std::copy(packed.begin(), packed.end(), staged);
-  if (!upload) return Tensor();
-  if (staged) {
-    Tensor out = Tensor::empty({n}, DType::kI32, device);
-    device_copy_async(out.view().raw(), device, staged, Device::cpu(), size_t(n) * sizeof(int32_t));
-    return out;
-  }
-  Tensor host = Tensor::empty({n}, DType::kI32);
-  std::copy(packed.begin(), packed.end(), host.host<int32_t>());
-  return device.is_cpu() ? host : host.to(device);
-}
-
-std::vector<int32_t> StepIndices::packed(const Batch& batch) {
-  const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
-  std::vector<int32_t> packed(size_t(T + 3 * B + 1));
-  int32_t* p = packed.data();
-  std::copy(batch.tokens.begin(), batch.tokens.end(), p);
-  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), p + T);
-  // (forward_mtp reads no slots and may leave them out)
-  std::copy_n(batch.state_slots.begin(), std::min(batch.state_slots.size(), size_t(B)),
-              p + T + B + 1);
-  for (int64_t b = 0; b < B; ++b) p[T + 2 * B + 1 + b] = batch.cu_seqlens[size_t(b + 1)] - 1;
-  return packed;
-}
-
-StepIndices StepIndices::pack(const Batch& batch, Device device, HostStaging* staging) {
-  const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
-  StepIndices s;
-  s.device = upload_i32(packed(batch), device, staging);
-  const TensorView all = s.device.view();
-  s.tokens = all.slice(0, T);
-  s.cu_seqlens = all.slice(T, T + B + 1);
-  s.slots = all.slice(T + B + 1, T + 2 * B + 1);
-  s.last_rows = all.slice(T + 2 * B + 1, T + 3 * B + 1);
-  return s;
-}
-
 Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepted,
                             const BatchMemory& memory) const {
   const int64_t B = batch.num_sequences();
@@ -712,16 +663,8 @@ int64_t VerifyRecord::bytes() const {
 
 Status Model::stage_step(const Batch& batch, HostStaging& staging) const {
   (void)upload_i32(StepIndices::packed(batch), device(), &staging, /*upload=*/false);
-  bool any_attention = false;
-  for (MixerKind k : config_.mixers) any_attention |= !is_linear_mixer(k);
-  if (!any_attention) return ok_status();
+  if (!has_attention(config_)) return ok_status();
   return paged_batch(batch, device(), &staging, /*upload=*/false).status();
-}
-
-bool Batch::is_decode() const {
-  for (size_t b = 0; b + 1 < cu_seqlens.size(); ++b)
-    if (cu_seqlens[b + 1] - cu_seqlens[b] != 1) return false;
-  return true;
 }
 
 Result<std::vector<int32_t>> greedy_generate(const Model& model, std::span<const int32_t> prompt,
