@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/kv_pages.h"
 #include "model/layer_times.h"
 #include "model/verify.h"
 
@@ -45,7 +46,7 @@ struct Batch {
 /// the engine's, on CUDA). With it the uploads are asynchronous, and a CUDA graph captured over
 /// forward_batch re-reads it at every replay, after Model::stage_step has packed the next
 /// batch into the same places: the owner resets it before every step, and every step takes its
-/// regions in the same order (the step indices, then the attention's).
+/// regions in the same order (the StepIndices, then the PagedBatch).
 class HostStaging {
  public:
   explicit HostStaging(int64_t capacity);  ///< capacity in i32 elements
@@ -80,6 +81,28 @@ struct StepIndices {
   static std::vector<int32_t> packed(const Batch& batch);
   static StepIndices pack(const Batch& batch, Device device, HostStaging* staging = nullptr);
 };
+
+/// The attention layers' view of the paged KV cache for one step, built from the Batch once per
+/// step (by the forward, before its layers): index tensors on the activations' device (see
+/// kernels/kv_pages.h), packed in one buffer so they take one upload, and the host numbers
+/// layers size scratch with.
+struct PagedBatch {
+  Tensor storage;          ///< owns the views below: [cu | past | page_table | positions | own]
+  TensorView cu_seqlens;   ///< [B+1] i32
+  TensorView past;         ///< [B] i32
+  TensorView page_table;   ///< [B, max_pages] i32, -1 after each sequence's pages
+  TensorView positions;    ///< [T] i32: past[b] + i for the i-th new token of sequence b
+  TensorView own_page;     ///< [B, 1] i32: b (MLA: sequence b's gathered block as page b)
+  int64_t max_length = 0;  ///< max_b past[b] + n_b: the longest sequence after this call
+
+  kernels::PageIndex index() const { return {cu_seqlens, past, page_table}; }
+};
+
+/// The batch's index tensors on `device`, uploaded through `staging` when given (upload_i32;
+/// `upload` false: packed into it only, the tensors left undefined). Errors: a position beyond
+/// int32.
+Result<PagedBatch> paged_batch(const Batch& batch, Device device, HostStaging* staging = nullptr,
+                               bool upload = true);
 
 /// Views of the pools the batch indexes, per global layer id (undefined where a layer has none).
 /// k_pages / v_pages may list more than num_layers layers: the MTP head's full-attention layers

@@ -7,7 +7,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/gdn.h"
 #include "model/layers/kda.h"
-#include "model/layers/mla.h"
+#include "model/layers/latent_attention.h"
 #include "model/layers/mlp.h"
 
 namespace hyla::model {

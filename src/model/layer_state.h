@@ -14,8 +14,9 @@ namespace hyla::model {
 struct LayerState {
   Tensor conv_state;  ///< linear layers: [1, D, K-1] f32 pool of one slot
   Tensor ssm_state;   ///< linear layers: [1, HV, d_v, d_k] f32 pool of one slot
-  Tensor k_cache;  ///< attention: [capacity, HKV, d_qk] f32; MLA: latent cache (see layers/mla.h)
-  Tensor v_cache;  ///< attention: [capacity, HKV, d_v] f32
+  Tensor k_cache;     ///< attention: [capacity, HKV, d_qk] f32; MLA: latent cache (see
+                      ///< layers/latent_attention.h)
+  Tensor v_cache;     ///< attention: [capacity, HKV, d_v] f32
 };
 
 /// Where the linear layers' recurrent memory is for one forward call: pools of slots and, per

@@ -13,6 +13,7 @@
 #include "kernels/rmsnorm.h"
 #include "model/all_reduce.h"
 #include "model/layers/linear_attention.h"
+#include "model/residual_stream.h"
 
 namespace hyla::model {
 
@@ -278,14 +279,10 @@ Result<Tensor> Model::forward(std::span<const int32_t> tokens, SequenceState& st
 
 namespace {
 
-LayerPart mixer_part(MixerKind kind) {
-  switch (kind) {
-    case MixerKind::kGatedDeltaNet: return LayerPart::kGatedDeltaNet;
-    case MixerKind::kKimiDelta: return LayerPart::kKimiDelta;
-    case MixerKind::kFullAttention: return LayerPart::kFullAttention;
-    case MixerKind::kLatentAttention: return LayerPart::kLatentAttention;
-  }
-  return LayerPart::kFullAttention;
+/// Whether any layer reads KV pages (full attention or MLA): then a step builds a PagedBatch.
+bool has_attention(const ModelConfig& c) {
+  return std::any_of(c.mixers.begin(), c.mixers.end(),
+                     [](MixerKind k) { return !is_linear_mixer(k); });
 }
 
 /// What forward_batch and forward_mtp (`op`) both read: the sequences, cu_seqlens, past, page
@@ -319,10 +316,8 @@ Status check_sequences(const Batch& batch, int64_t page_size, bool pages, int64_
 
 Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelConfig& c) {
   const int64_t B = batch.num_sequences();
-  bool any_attention = false;
-  for (MixerKind k : c.mixers) any_attention |= !is_linear_mixer(k);
   HYLA_RETURN_IF_ERROR(
-      check_sequences(batch, memory.page_size, any_attention, c.vocab_size, "forward_batch"));
+      check_sequences(batch, memory.page_size, has_attention(c), c.vocab_size, "forward_batch"));
   if (int64_t(batch.state_slots.size()) != B)
     return invalid_argument("forward_batch: state_slots needs ", B, " entries (one per sequence)");
   // k_pages / v_pages may go on with the MTP head's layers
@@ -355,163 +350,142 @@ Status check_batch(const Batch& batch, const BatchMemory& memory, const ModelCon
   return ok_status();
 }
 
-}  // namespace
+/// What every layer of a forward_batch step reads besides its weights.
+struct Step {
+  const Batch& batch;
+  const BatchMemory& memory;
+  const StepIndices& indices;
+  const PagedBatch* paged;  ///< null when the model has no attention layers
+  const LinearAttnBackends& backends;
+};
 
-Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memory,
-                                    ForwardTrace* trace) const {
-  const ModelConfig& c = config_;
-  HYLA_RETURN_IF_ERROR(check_batch(batch, memory, c));
-  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers;
-  const Device dev = device();
-  // tokens, cu_seqlens, slots and last rows: one upload per step
-  const StepIndices indices = StepIndices::pack(batch, dev, memory.staging);
-
-  // Profiling (hyla bench --profile): the time of each part, by layer kind.
-  LayerTimes* const times = memory.layer_times;
-  const auto lap = [times](LayerPart part) {
-    if (times) times->mark(part);
-  };
-  if (times) times->start(dev);
-
-  // h = embed(tokens)
-  Tensor h = Tensor::empty({T, H}, DType::kF32, dev);
-  HYLA_RETURN_IF_ERROR(kernels::embedding({.table = embedding_, .ids = indices.tokens, .y = h}));
-  lap(LayerPart::kEmbedding);
-  if (trace) {
-    *trace = ForwardTrace{};
-    trace->hidden_states.push_back(h.clone());
-  }
-
-  // The residual: h is the plain residual stream, or with Attention Residuals the current block's
-  // partial sum, and each sublayer reads a mixture over the bank of block snapshots and h.
-  const bool attn_res = c.attn_res_block_size > 0;
-  std::optional<AttnResidualBank> bank;
-  Tensor mix;
-  if (attn_res) {
-    bank.emplace(T, c.attn_res_blocks(), H, dev);
-    mix = Tensor::empty({T, H}, DType::kF32, dev);
-  }
-  Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
-  Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
-  std::optional<PagedBatch> paged;  // the attention layers' index tensors
-  // A verify step's record: the caller's tensors are reused where their shapes match.
-  if (batch.verify && memory.verify->layers.size() != size_t(L))
-    memory.verify->layers.assign(size_t(L), LinearVerifyRecord{});
-  for (int64_t i = 0; i < L; ++i) {
-    const DecoderLayer& layer = layers_[size_t(i)];
-    const MixerKind kind = c.mixers[size_t(i)];
-    // attention input: h, or mix(bank, h); a new block snapshots h and restarts it at 0
-    Tensor attn_in = h;
-    if (attn_res) {
-      Tensor probs;
-      HYLA_RETURN_IF_ERROR(
-          bank->mix(h, layer.attn_res_cw, c.rms_norm_eps, mix, trace ? &probs : nullptr));
-      if (attn_res_block_start(c, i)) HYLA_RETURN_IF_ERROR(bank->snapshot(h));
-      if (trace) {
-        trace->attn_in_mix.push_back(mix.clone());
-        trace->attn_res_probs_attn.push_back(probs);
-      }
-      attn_in = mix;
-      lap(LayerPart::kAttnResidual);
-    }
-    // h += mixer(norm(attn_in))
-    HYLA_RETURN_IF_ERROR(norm(attn_in, layer.input_norm, c, normed));
-    if (is_linear_mixer(kind)) {
+/// branch = layer i's mixer of `normed`: GDN / KDA over the layer's state pools, attention / MLA
+/// over its KV pages (they write the new tokens' rows there and attend over them in place).
+Status mixer_forward(const Step& step, const DecoderLayer& layer, int64_t i, const ModelConfig& c,
+                     const Tensor& normed, const Tensor& branch) {
+  const Batch& batch = step.batch;
+  const BatchMemory& memory = step.memory;
+  switch (const MixerKind kind = c.mixers[size_t(i)]) {
+    case MixerKind::kGatedDeltaNet:
+    case MixerKind::kKimiDelta: {
       const LinearMemory linear{
           .conv_pool = memory.conv_state[size_t(i)],
           .ssm_pool = memory.ssm_state[size_t(i)],
-          .slots = indices.slots,
-          .cu_seqlens = indices.cu_seqlens,
+          .slots = step.indices.slots,
+          .cu_seqlens = step.indices.cu_seqlens,
           .decode = batch.is_decode() && !batch.verify,
-          .backends = linear_backends_,
+          .backends = step.backends,
           .boundary_slots = &batch.boundary_slots,
           .host_cu_seqlens = &batch.cu_seqlens,
           .verify = batch.verify ? &memory.verify->layers[size_t(i)] : nullptr,
           .verify_mode = batch.verify ? memory.verify->mode : VerifyMode::kReplay};
-      HYLA_RETURN_IF_ERROR(kind == MixerKind::kGatedDeltaNet
-                               ? gdn_forward(layer.gdn, c, normed, linear, branch)
-                               : kda_forward(layer.kda, c, normed, linear, branch));
-    } else {
-      // Attention and MLA write the new tokens' rows to the pages and attend over them in place.
-      if (!paged) {  // once per step, at the first attention layer
-        HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev, memory.staging));
-      }
+      return kind == MixerKind::kGatedDeltaNet ? gdn_forward(layer.gdn, c, normed, linear, branch)
+                                               : kda_forward(layer.kda, c, normed, linear, branch);
+    }
+    case MixerKind::kFullAttention:
+    case MixerKind::kLatentAttention: {
       const LayerPages pages{.k = memory.k_pages[size_t(i)], .v = memory.v_pages[size_t(i)]};
-      HYLA_RETURN_IF_ERROR(
-          kind == MixerKind::kFullAttention
-              ? attention_forward(layer.attention, c, normed, *paged, pages, branch)
-              : latent_attention_forward(layer.latent, c, normed, *paged, pages, branch));
+      return kind == MixerKind::kFullAttention
+                 ? attention_forward(layer.attention, c, normed, *step.paged, pages, branch)
+                 : latent_attention_forward(layer.latent, c, normed, *step.paged, pages, branch);
     }
-    if (memory.all_reduce) HYLA_RETURN_IF_ERROR(memory.all_reduce->sum(branch));
-    if (trace) trace->mixer_out.push_back(branch.clone());
-    HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
-    lap(mixer_part(kind));
+  }
+  return internal_error("forward_batch: layer ", i, " has no mixer kind");
+}
 
-    // MLP input: h, or mix(bank, h)
-    Tensor mlp_in = h;
-    if (attn_res) {
-      Tensor probs;
-      HYLA_RETURN_IF_ERROR(
-          bank->mix(h, layer.mlp_res_cw, c.rms_norm_eps, mix, trace ? &probs : nullptr));
-      if (trace) {
-        trace->mlp_in_mix.push_back(mix.clone());
-        trace->attn_res_probs_mlp.push_back(probs);
-      }
-      mlp_in = mix;
-      lap(LayerPart::kAttnResidual);
-    }
-    // h += mlp(norm(mlp_in))
+/// Tensor parallelism: branch <- the sum of every rank's branch (nothing for a whole model).
+Status sum_over_ranks(const BatchMemory& memory, const Tensor& branch) {
+  return memory.all_reduce ? memory.all_reduce->sum(branch) : ok_status();
+}
+
+/// The rows of `out` [T, hidden] that get logits (every row, or each sequence's last one),
+/// final-normed. With `final_hidden` every row is normed there first and the rows gathered from it
+/// (a row's norm reads that row only: the same numbers as gathering first); a tensor there of
+/// another shape, dtype or device is replaced.
+Result<Tensor> final_normed_rows(const Tensor& out, const Tensor& weight, const ModelConfig& c,
+                                 const StepIndices& indices, bool logits_all,
+                                 Tensor* final_hidden) {
+  const int64_t T = out.size(0), H = out.size(1);
+  const Device dev = out.device();
+  if (final_hidden != nullptr) {
+    Tensor& all = *final_hidden;
+    if (!all.defined() || all.ndim() != 2 || all.size(0) != T || all.size(1) != H ||
+        all.dtype() != DType::kF32 || all.device() != dev || !all.view().is_contiguous())
+      all = Tensor::empty({T, H}, DType::kF32, dev);
+    HYLA_RETURN_IF_ERROR(norm(out, weight, c, all));
+    return logit_rows(all, indices, logits_all);
+  }
+  HYLA_ASSIGN_OR_RETURN(const Tensor rows, logit_rows(out, indices, logits_all));
+  Tensor normed = Tensor::empty({rows.size(0), H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(norm(rows, weight, c, normed));
+  return normed;
+}
+
+}  // namespace
+
+Result<Tensor> Model::forward_batch(const Batch& batch, const BatchMemory& memory,
+                                    ForwardTrace* trace) const {
+  using Sublayer = ResidualStream::Sublayer;
+  const ModelConfig& c = config_;
+  HYLA_RETURN_IF_ERROR(check_batch(batch, memory, c));
+  const int64_t T = int64_t(batch.tokens.size()), H = c.hidden_size, L = c.num_layers;
+  const Device dev = device();
+  // The step's index data: tokens, cu_seqlens, slots and last rows in one upload; the attention
+  // layers' page indices in one more, when the model has attention layers.
+  const StepIndices indices = StepIndices::pack(batch, dev, memory.staging);
+  std::optional<PagedBatch> paged;
+  if (has_attention(c)) {
+    HYLA_ASSIGN_OR_RETURN(paged, paged_batch(batch, dev, memory.staging));
+  }
+  // A verify step's record: the caller's tensors are reused where their shapes match.
+  if (batch.verify && memory.verify->layers.size() != size_t(L))
+    memory.verify->layers.assign(size_t(L), LinearVerifyRecord{});
+  const Step step{batch, memory, indices, paged ? &*paged : nullptr, linear_backends_};
+  // Every named intermediate goes to `tap` (trace.h): the trace's copies, the profile's marks.
+  const Tracer tap(c, trace, memory.layer_times, dev);
+
+  // h = embed(tokens)
+  Tensor h = Tensor::empty({T, H}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(kernels::embedding({.table = embedding_, .ids = indices.tokens, .y = h}));
+  tap(h, TracePoint::kEmbedding);
+  ResidualStream residual(c, std::move(h), tap);
+
+  Tensor normed = Tensor::empty({T, H}, DType::kF32, dev);
+  Tensor branch = Tensor::empty({T, H}, DType::kF32, dev);
+  for (int64_t i = 0; i < L; ++i) {
+    const DecoderLayer& layer = layers_[size_t(i)];
+    // h += mixer(input_norm(input))
+    HYLA_ASSIGN_OR_RETURN(const Tensor mixer_in,
+                          residual.input(Sublayer::kMixer, i, layer.attn_res_cw));
+    HYLA_RETURN_IF_ERROR(norm(mixer_in, layer.input_norm, c, normed));
+    HYLA_RETURN_IF_ERROR(mixer_forward(step, layer, i, c, normed, branch));
+    HYLA_RETURN_IF_ERROR(sum_over_ranks(memory, branch));
+    HYLA_RETURN_IF_ERROR(residual.add(branch));
+    tap(branch, TracePoint::kMixerOut, i);
+
+    // h += mlp(post_norm(input))
+    HYLA_ASSIGN_OR_RETURN(const Tensor mlp_in, residual.input(Sublayer::kMlp, i, layer.mlp_res_cw));
     HYLA_RETURN_IF_ERROR(norm(mlp_in, layer.post_norm, c, normed));
     Tensor ids, weights;
     HYLA_RETURN_IF_ERROR(mlp_forward(layer, c.mlps[size_t(i)], c, normed, branch, &ids, &weights,
                                      memory.all_reduce));
-    if (memory.all_reduce) HYLA_RETURN_IF_ERROR(memory.all_reduce->sum(branch));
-    if (trace) {
-      trace->mlp_out.push_back(branch.clone());
-      trace->router_ids.push_back(ids);
-      trace->router_weights.push_back(weights);
-    }
-    HYLA_RETURN_IF_ERROR(add_in_place(h, branch));
-    lap(c.mlps[size_t(i)] == MlpKind::kMoe ? LayerPart::kMoe : LayerPart::kDenseMlp);
-    if (trace && i + 1 < L) trace->hidden_states.push_back(h.clone());
-  }
-  if (trace) trace->last_layer_out = h.clone();
-
-  // The output: h, or mix(bank, h) over every snapshot and the last block's partial sum.
-  Tensor out = h;
-  if (attn_res) {
-    Tensor probs;
-    HYLA_RETURN_IF_ERROR(
-        bank->mix(h, output_res_cw_, c.rms_norm_eps, mix, trace ? &probs : nullptr));
-    if (trace) {
-      trace->final_mix = mix.clone();
-      trace->attn_res_probs_out = probs;
-      trace->block_snapshots = bank->snapshots().clone();
-    }
-    out = mix;
+    HYLA_RETURN_IF_ERROR(sum_over_ranks(memory, branch));
+    HYLA_RETURN_IF_ERROR(residual.add(branch));
+    tap(ids, TracePoint::kRouterIds, i);
+    tap(weights, TracePoint::kRouterWeights, i);
+    tap(branch, TracePoint::kMlpOut, i);
+    tap(residual.stream(), TracePoint::kLayerOut, i);
   }
 
-  // logits = lm_head(norm(out)) for every token, or each sequence's last one. With
-  // memory.final_hidden every row is normed there first and the last rows gathered from it (a
-  // row's norm reads that row only: the same numbers as gathering first).
-  Tensor final_normed;
-  if (memory.final_hidden != nullptr) {
-    Tensor& all = *memory.final_hidden;
-    if (!all.defined() || all.ndim() != 2 || all.size(0) != T || all.size(1) != H ||
-        all.dtype() != DType::kF32 || all.device() != dev || !all.view().is_contiguous())
-      all = Tensor::empty({T, H}, DType::kF32, dev);
-    HYLA_RETURN_IF_ERROR(norm(out, final_norm_, c, all));
-    HYLA_ASSIGN_OR_RETURN(final_normed, logit_rows(all, indices, batch.logits_all));
-  } else {
-    HYLA_ASSIGN_OR_RETURN(const Tensor last, logit_rows(out, indices, batch.logits_all));
-    final_normed = Tensor::empty({last.size(0), H}, DType::kF32, dev);
-    HYLA_RETURN_IF_ERROR(norm(last, final_norm_, c, final_normed));
-  }
-  if (trace) trace->hidden_states.push_back(final_normed.clone());
-  Tensor logits = Tensor::empty({final_normed.size(0), c.vocab_size}, DType::kF32, dev);
-  HYLA_RETURN_IF_ERROR(
-      kernels::linear({.x = final_normed, .weight = lm_head_, .bias = {}, .y = logits}));
-  lap(LayerPart::kHead);
+  // logits = lm_head(final_norm(output)) of every token, or each sequence's last one
+  HYLA_ASSIGN_OR_RETURN(const Tensor out, residual.output(output_res_cw_));
+  HYLA_ASSIGN_OR_RETURN(
+      const Tensor rows,
+      final_normed_rows(out, final_norm_, c, indices, batch.logits_all, memory.final_hidden));
+  tap(rows, TracePoint::kFinalNormed);
+  Tensor logits = Tensor::empty({rows.size(0), c.vocab_size}, DType::kF32, dev);
+  HYLA_RETURN_IF_ERROR(kernels::linear({.x = rows, .weight = lm_head_, .bias = {}, .y = logits}));
+  tap(logits, TracePoint::kLogits);
   return logits;
 }
 
@@ -573,60 +547,6 @@ Result<MtpOutput> Model::forward_mtp(const Batch& batch, const Tensor& hidden,
   HYLA_RETURN_IF_ERROR(
       kernels::linear({.x = rows, .weight = lm_head_, .bias = {}, .y = out.logits}));
   return out;
-}
-
-HostStaging::HostStaging(int64_t capacity)
-    : data_(static_cast<int32_t*>(pinned_alloc(size_t(capacity) * sizeof(int32_t)))),
-      capacity_(capacity) {}
-
-HostStaging::~HostStaging() { pinned_free(data_); }
-
-int32_t* HostStaging::take(int64_t n) {
-  if (used_ + n > capacity_) return nullptr;
-  int32_t* at = data_ + used_;
-  used_ += n;
-  return at;
-}
-
-Tensor upload_i32(const std::vector<int32_t>& packed, Device device, HostStaging* staging,
-                  bool upload) {
-  const int64_t n = int64_t(packed.size());
-  int32_t* staged = staging && device.is_cuda() ? staging->take(n) : nullptr;
-  if (staged) std::copy(packed.begin(), packed.end(), staged);
-  if (!upload) return Tensor();
-  if (staged) {
-    Tensor out = Tensor::empty({n}, DType::kI32, device);
-    device_copy_async(out.view().raw(), device, staged, Device::cpu(), size_t(n) * sizeof(int32_t));
-    return out;
-  }
-  Tensor host = Tensor::empty({n}, DType::kI32);
-  std::copy(packed.begin(), packed.end(), host.host<int32_t>());
-  return device.is_cpu() ? host : host.to(device);
-}
-
-std::vector<int32_t> StepIndices::packed(const Batch& batch) {
-  const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
-  std::vector<int32_t> packed(size_t(T + 3 * B + 1));
-  int32_t* p = packed.data();
-  std::copy(batch.tokens.begin(), batch.tokens.end(), p);
-  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), p + T);
-  // (forward_mtp reads no slots and may leave them out)
-  std::copy_n(batch.state_slots.begin(), std::min(batch.state_slots.size(), size_t(B)),
-              p + T + B + 1);
-  for (int64_t b = 0; b < B; ++b) p[T + 2 * B + 1 + b] = batch.cu_seqlens[size_t(b + 1)] - 1;
-  return packed;
-}
-
-StepIndices StepIndices::pack(const Batch& batch, Device device, HostStaging* staging) {
-  const int64_t T = int64_t(batch.tokens.size()), B = batch.num_sequences();
-  StepIndices s;
-  s.device = upload_i32(packed(batch), device, staging);
-  const TensorView all = s.device.view();
-  s.tokens = all.slice(0, T);
-  s.cu_seqlens = all.slice(T, T + B + 1);
-  s.slots = all.slice(T + B + 1, T + 2 * B + 1);
-  s.last_rows = all.slice(T + 2 * B + 1, T + 3 * B + 1);
-  return s;
 }
 
 Status Model::commit_verify(const Batch& batch, std::span<const int32_t> accepted,
@@ -712,16 +632,8 @@ int64_t VerifyRecord::bytes() const {
 
 Status Model::stage_step(const Batch& batch, HostStaging& staging) const {
   (void)upload_i32(StepIndices::packed(batch), device(), &staging, /*upload=*/false);
-  bool any_attention = false;
-  for (MixerKind k : config_.mixers) any_attention |= !is_linear_mixer(k);
-  if (!any_attention) return ok_status();
+  if (!has_attention(config_)) return ok_status();
   return paged_batch(batch, device(), &staging, /*upload=*/false).status();
-}
-
-bool Batch::is_decode() const {
-  for (size_t b = 0; b + 1 < cu_seqlens.size(); ++b)
-    if (cu_seqlens[b + 1] - cu_seqlens[b] != 1) return false;
-  return true;
 }
 
 Result<std::vector<int32_t>> greedy_generate(const Model& model, std::span<const int32_t> prompt,

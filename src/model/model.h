@@ -19,32 +19,13 @@
 #include "model/layers/attn_residual.h"
 #include "model/layers/gdn.h"
 #include "model/layers/kda.h"
-#include "model/layers/mla.h"
+#include "model/layers/latent_attention.h"
 #include "model/layers/mlp.h"
 #include "model/linear_backends.h"
 #include "model/mtp.h"
+#include "model/trace.h"
 
 namespace hyla::model {
-
-/// Intermediate values of one forward call, for tests against Hugging Face (all f32 [T, ...]).
-struct ForwardTrace {
-  /// HF convention: [0] embeddings, [i] layer i-1 output (with Attention Residuals: the current
-  /// block's partial sum after layer i-1), [L] final-normed output
-  std::vector<Tensor> hidden_states;
-  Tensor last_layer_out;               ///< raw output of the last layer [T, hidden]
-  std::vector<Tensor> mixer_out;       ///< per layer [T, hidden]
-  std::vector<Tensor> mlp_out;         ///< per layer [T, hidden]
-  std::vector<Tensor> router_ids;      ///< per layer [T, top_k] i32 (undefined for dense layers)
-  std::vector<Tensor> router_weights;  ///< per layer [T, top_k] f32
-  // Attention Residuals only (empty / undefined otherwise):
-  std::vector<Tensor> attn_in_mix;  ///< per layer: the attention's input mixture [T, hidden]
-  std::vector<Tensor> mlp_in_mix;   ///< per layer: the MLP's input mixture [T, hidden]
-  std::vector<Tensor> attn_res_probs_attn;  ///< per layer [T, candidates] mixture weights
-  std::vector<Tensor> attn_res_probs_mlp;   ///< per layer [T, candidates]
-  Tensor attn_res_probs_out;                ///< [T, blocks + 1] of the final output mixture
-  Tensor final_mix;        ///< the final output mixture (before the norm) [T, hidden]
-  Tensor block_snapshots;  ///< the bank at the end [T, blocks, hidden]
-};
 
 /// What the MTP draft head gives for a batch (Model::forward_mtp), both f32 on the model's device.
 struct MtpOutput {

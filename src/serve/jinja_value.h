@@ -88,7 +88,6 @@ class Value {
   double as_double() const;
   const std::string& as_string() const { return *s_; }
   const std::vector<Value>& items() const { return *a_; }
-  std::vector<Value>& mutable_items() { return *a_; }
   const Object& entries() const { return *o_; }
   Object& mutable_entries() { return *o_; }
   const Function& as_function() const { return *f_; }

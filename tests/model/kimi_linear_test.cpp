@@ -1,4 +1,5 @@
-// Kimi-Linear (archs/kimi_linear.cpp, layers/kda.cpp, layers/mla.cpp) against its references:
+// Kimi-Linear (archs/kimi_linear.cpp, layers/kda.cpp, layers/latent_attention.cpp) against its
+// references:
 //   - the HF golden, prompt B layer by layer (mixer and MLP outputs, router choices, hidden states,
 //     logits), prefill + extend / decode against one prefill, greedy tokens;
 //   - Kimi K3's KDA (full-rank output gate, safe gate) and MLA (q LoRA, output gate) layers against

@@ -10,7 +10,7 @@
 //     SiTU-GLU (K3, "situ"). K3's latent MoE runs the routed experts at routed_expert_hidden_size
 //     between routed_expert_down_proj, routed_expert_norm and routed_expert_up_proj.
 //   - K3's Attention Residuals (attn_res_block_size): per layer self_attention_res_* and mlp_res_*
-//     score pairs, one output_attn_res_* pair (model.cpp, layers/attn_residual.h).
+//     score pairs, one output_attn_res_* pair (residual_stream.h, layers/attn_residual.h).
 //   Norms are w * xhat.
 // Load-time fusion (seed, "在 SGLang 里的落地"): [q | k | v (| g)] rows in one GEMM, the three
 // convs in one [3 H d, K], [f_a | b] in one GEMM, A_log truncated to [H] (a non-zero tail is

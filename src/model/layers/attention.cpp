@@ -1,9 +1,6 @@
 // Qwen gated full attention forward (see attention.h).
 #include "model/layers/attention.h"
 
-#include <algorithm>
-#include <limits>
-
 #include "kernels/kv_pages.h"
 #include "kernels/linear.h"
 #include "kernels/paged_attention.h"
@@ -18,46 +15,6 @@ LayerState attention_new_state(const ModelConfig& config, int64_t capacity) {
   s.k_cache = Tensor::zeros({capacity, a.num_kv_heads, a.head_dim}, DType::kF32);
   s.v_cache = Tensor::zeros({capacity, a.num_kv_heads, a.head_dim}, DType::kF32);
   return s;
-}
-
-Result<PagedBatch> paged_batch(const Batch& batch, Device device, HostStaging* staging,
-                               bool upload) {
-  const int64_t B = batch.num_sequences(), T = int64_t(batch.tokens.size());
-  int64_t max_pages = 1;
-  for (const std::vector<int32_t>& table : batch.page_tables)
-    max_pages = std::max(max_pages, int64_t(table.size()));
-  // [cu (B+1) | past (B) | page_table (B max_pages) | positions (T) | own_page (B)]
-  const int64_t at_past = B + 1, at_table = at_past + B, at_positions = at_table + B * max_pages,
-                at_own = at_positions + T, total = at_own + B;
-  std::vector<int32_t> packed(static_cast<size_t>(total));
-  int32_t* h = packed.data();
-  std::copy(batch.cu_seqlens.begin(), batch.cu_seqlens.end(), h);
-  PagedBatch out;
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t begin = batch.cu_seqlens[size_t(b)], end = batch.cu_seqlens[size_t(b + 1)];
-    const int64_t length = batch.past[size_t(b)] + (end - begin);
-    if (length > std::numeric_limits<int32_t>::max())
-      return out_of_range("paged_batch: sequence ", b, " reaches position ", length - 1,
-                          ", beyond the int32 positions of the attention kernels");
-    out.max_length = std::max(out.max_length, length);
-    h[at_past + b] = int32_t(batch.past[size_t(b)]);
-    for (int64_t t = begin; t < end; ++t)
-      h[at_positions + t] = int32_t(batch.past[size_t(b)] + (t - begin));
-    const std::vector<int32_t>& pages = batch.page_tables[size_t(b)];
-    int32_t* row = h + at_table + b * max_pages;
-    std::copy(pages.begin(), pages.end(), row);
-    std::fill(row + pages.size(), row + max_pages, -1);
-    h[at_own + b] = int32_t(b);
-  }
-  out.storage = upload_i32(packed, device, staging, upload);
-  if (!upload) return out;
-  const TensorView all = out.storage.view();
-  out.cu_seqlens = all.slice(0, at_past);
-  out.past = all.slice(at_past, at_table);
-  out.page_table = all.slice(at_table, at_positions).reshape({B, max_pages});
-  out.positions = all.slice(at_positions, at_own);
-  out.own_page = all.slice(at_own, total).reshape({B, 1});
-  return out;
 }
 
 Status attention_forward(const AttentionWeights& w, const ModelConfig& config, const TensorView& x,

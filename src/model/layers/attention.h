@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "kernels/kv_pages.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/layer_state.h"
@@ -25,27 +24,6 @@ struct AttentionWeights {
   Tensor o_proj;  ///< [hidden, nh hd]
 };
 
-/// One forward call's view of the paged KV cache, built from the Batch once per step: index
-/// tensors on the activations' device (see kernels/kv_pages.h), packed in one buffer so they take
-/// one upload, and the host numbers layers size scratch with.
-struct PagedBatch {
-  Tensor storage;          ///< owns the views below: [cu | past | page_table | positions | own]
-  TensorView cu_seqlens;   ///< [B+1] i32
-  TensorView past;         ///< [B] i32
-  TensorView page_table;   ///< [B, max_pages] i32, -1 after each sequence's pages
-  TensorView positions;    ///< [T] i32: past[b] + i for the i-th new token of sequence b
-  TensorView own_page;     ///< [B, 1] i32: b (MLA: sequence b's gathered block as page b)
-  int64_t max_length = 0;  ///< max_b past[b] + n_b: the longest sequence after this call
-
-  kernels::PageIndex index() const { return {cu_seqlens, past, page_table}; }
-};
-
-/// The batch's index tensors on `device`, uploaded through `staging` when given (batch.h's
-/// upload_i32; `upload` false: packed into it only, the tensors left undefined). Errors: a
-/// position beyond int32.
-Result<PagedBatch> paged_batch(const Batch& batch, Device device, HostStaging* staging = nullptr,
-                               bool upload = true);
-
 /// One layer's pages: full attention k and v [pages, page_size, nkv, hd]; MLA the latent in k
 /// ([pages, page_size, 1, kv_lora_rank + rope]) and v undefined.
 struct LayerPages {
@@ -57,7 +35,8 @@ struct LayerPages {
 LayerState attention_new_state(const ModelConfig& config, int64_t capacity);
 
 /// x: [T, hidden] f32 (already normed), the batch's new tokens packed; their k and v go to the
-/// pages, then each attends over its sequence's pages; out: [T, hidden] f32.
+/// pages, then each attends over its sequence's pages; out: [T, hidden] f32. `batch`: the step's
+/// page indices (batch.h), built once per step by the forward.
 Status attention_forward(const AttentionWeights& w, const ModelConfig& config, const TensorView& x,
                          const PagedBatch& batch, const LayerPages& pages, const TensorView& out);
 

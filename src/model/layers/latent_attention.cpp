@@ -1,8 +1,8 @@
-// Multi-head latent attention forward without RoPE (see mla.h; HF KimiLinearAttention).
+// Multi-head latent attention forward without RoPE (latent_attention.h; HF KimiLinearAttention).
 // The pages keep the normed latent c and k_pe per token; every call gathers each sequence's latent
 // rows and expands them through kv_b_proj (the plain, non-absorbed form: simple, O(past) work per
 // call), then attends with the expanded rows as one page per sequence.
-#include "model/layers/mla.h"
+#include "model/layers/latent_attention.h"
 
 #include <cmath>
 

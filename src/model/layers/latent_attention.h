@@ -31,7 +31,8 @@ struct LatentAttentionWeights {
 LayerState latent_attention_new_state(const ModelConfig& config, int64_t capacity);
 
 /// x: [T, hidden] f32 (already normed), the batch's new tokens packed; their latent rows go to
-/// pages.k, then each attends over its sequence's latent rows; out: [T, hidden] f32.
+/// pages.k, then each attends over its sequence's latent rows; out: [T, hidden] f32. `batch`: the
+/// step's page indices (batch.h), built once per step by the forward.
 Status latent_attention_forward(const LatentAttentionWeights& w, const ModelConfig& config,
                                 const TensorView& x, const PagedBatch& batch,
                                 const LayerPages& pages, const TensorView& out);
