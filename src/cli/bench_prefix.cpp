@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/engine_sizing.h"
 
 namespace hyla::cli {
 
@@ -104,17 +105,16 @@ Result<Figures> run_workload(const model::Model& model, Device device, const Ben
   options.max_batch_tokens = o.step_tokens;
   options.allow_long_context = true;  // random ids: the model's context limit says nothing here
   options.prefix_cache.enabled = setup.cache;
-  // Room for the largest wave at once, twice over (the cache keeps what the running half leaves).
+  // At most a wave runs at once (the largest is the conversations'), each request with room for
+  // the snapshots the cache keeps of it (runtime::size_engine).
   const int64_t longest_chat = kSystemTokens + kTurns * (kUserTokens + o.new_tokens);
-  std::vector<int64_t> tokens(size_t(2 * kConversations), longest_chat);
-  for (int64_t d = 0; d < 2 * kDocuments; ++d)
+  std::vector<int64_t> tokens(size_t(kConversations), longest_chat);
+  for (int64_t d = 0; d < kDocuments; ++d)
     tokens.push_back(kDocumentTokens + kQuestionTokens + o.new_tokens);
-  // Sized for all of them (the cache's snapshots need slots beyond the running requests' own);
-  // at most a wave runs at once.
-  options.max_running = int64_t(tokens.size());
-  HYLA_ASSIGN_OR_RETURN(const runtime::MemorySizing sizing,
-                        runtime::size_engine_memory(model.config(), options, tokens));
   options.max_running = kConversations;
+  HYLA_ASSIGN_OR_RETURN(const runtime::EngineSizing sizing,
+                        runtime::size_engine(model.config(), options, tokens));
+  options.max_running = sizing.max_running;
   options.memory_budget_bytes = sizing.budget_bytes;
   options.state_ratio = sizing.state_ratio;
   if (setup.tight) {

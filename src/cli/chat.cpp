@@ -18,6 +18,7 @@
 #include "cli/chat_model.h"
 #include "model/architecture.h"
 #include "runtime/engine.h"
+#include "runtime/engine_sizing.h"
 #include "serve/chat_template.h"
 #include "serve/tokenizer.h"
 #endif
@@ -111,16 +112,15 @@ int chat(const ChatOptions& options, std::FILE* in, std::FILE* out, std::FILE* e
   const int64_t context = config.max_context > 0 ? config.max_context : 4096;
   runtime::EngineOptions engine_options;
   engine_options.device = device.value();
-  // Room for a second one: the prefix cache keeps the conversation so far, so each turn computes
-  // only its new tokens.
+  // With room for the prefix cache's snapshots of it (runtime::size_engine): each turn resumes
+  // from the conversation so far and computes only its new tokens.
   engine_options.prefix_cache.enabled = true;
-  engine_options.max_running = 2;
-  Result<runtime::MemorySizing> sizing =
-      runtime::size_engine_memory(config, engine_options, {context, context});
   engine_options.max_running = 1;
+  Result<runtime::EngineSizing> sizing = runtime::size_engine(config, engine_options, {context});
   if (!sizing.ok()) return fail(err, sizing.status().message());
   engine_options.memory_budget_bytes = sizing->budget_bytes;
   engine_options.state_ratio = sizing->state_ratio;
+  engine_options.max_running = sizing->max_running;
   Result<std::unique_ptr<runtime::Engine>> engine =
       runtime::Engine::create(*model.value(), engine_options);
   if (!engine.ok()) return fail(err, engine.status().message());

@@ -22,6 +22,7 @@
 #include "model/architecture.h"
 #include "model/json_file.h"
 #include "runtime/engine.h"
+#include "runtime/engine_sizing.h"
 #ifdef HYLA_WITH_PCRE2
 #include "serve/tokenizer.h"
 #endif
@@ -98,8 +99,9 @@ runtime::SamplingParams sampling(const GenerateOptions& o, bool text_mode) {
 }
 
 /// The engine's options on `device` for `prompts` (token counts) run at `max_new_tokens`: the
-/// budget given, or one sized for every prompt at once (at most 3/4 of the device's available
-/// memory; a note says so when that caps it), the context limit and its override.
+/// budget given, or one sized for every prompt at once with room for the snapshots the prefix
+/// cache keeps of them (runtime::size_engine; at most 3/4 of the device's available memory; a
+/// note says so when that caps it), the context limit and its override.
 /// With --speculative draft:DIR the draft model is loaded into `draft`.
 Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
                                               const model::ModelConfig& config, Device device,
@@ -130,10 +132,11 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
   }
   std::vector<int64_t> tokens;
   for (int64_t n : prompt_tokens) tokens.push_back(n + max_new_tokens);
-  HYLA_ASSIGN_OR_RETURN(const runtime::MemorySizing sizing,
-                        runtime::size_engine_memory(config, engine, tokens));
+  HYLA_ASSIGN_OR_RETURN(const runtime::EngineSizing sizing,
+                        runtime::size_engine(config, engine, tokens));
   engine.memory_budget_bytes = sizing.budget_bytes;
   engine.state_ratio = sizing.state_ratio;
+  engine.max_running = sizing.max_running;
   Result<AvailableMemory> available = available_memory(device);
   // Ranks on the host share it: each gets its part of the 3/4.
   const int sharing = device.is_cpu() ? options.tensor_parallel : 1;

@@ -38,8 +38,9 @@ struct GenerateOptions {
   /// Unset: 1 (off) in ids mode, 0.95 in text mode.
   std::optional<float> top_p;
   int64_t seed = 0;  ///< >= 0
-  /// State slots + KV pages. Unset: sized for every prompt at prompt + max_new_tokens at once
-  /// (runtime::size_engine_memory), at most 3/4 of the host's available memory.
+  /// State slots + KV pages. Unset: sized for every prompt at prompt + max_new_tokens at once,
+  /// with the prefix cache's snapshots of them (runtime::size_engine), at most 3/4 of the host's
+  /// available memory.
   std::optional<int64_t> budget_mib;
   bool json = false;                    ///< one JSON object instead of lines of ids / streamed text
   bool ignore_eos = false;              ///< text mode: keep going past the end-of-text token

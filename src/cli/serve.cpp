@@ -17,6 +17,7 @@
 #include "cli/chat_model.h"
 #include "model/architecture.h"
 #include "runtime/engine.h"
+#include "runtime/engine_sizing.h"
 #include "serve/chat_template.h"
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
@@ -119,19 +120,15 @@ int serve(const ServeOptions& options) {
     // Pages are taken by need (admission the prompt's, each decode step its token's; a full pool
     // preempts the newest request). Size the pools so that max_running requests of
     // default_max_tokens plus a prompt as long run together without preemption, and so that one
-    // request can reach the whole context.
-    // With the prefix cache, as much again for what it keeps (snapshots and KV that no running
-    // request holds).
-    const int64_t sized = options.prefix_cache ? 2 * options.max_running : options.max_running;
-    std::vector<int64_t> tokens(size_t(sized), 2 * options.default_max_tokens);
+    // request can reach the whole context; with the prefix cache, each with room for the
+    // snapshots the cache keeps of it (runtime::size_engine).
+    std::vector<int64_t> tokens(size_t(options.max_running), 2 * options.default_max_tokens);
     tokens[0] = context;
-    engine_options.max_running = sized;
-    Result<runtime::MemorySizing> sizing =
-        runtime::size_engine_memory(config, engine_options, tokens);
-    engine_options.max_running = options.max_running;
+    Result<runtime::EngineSizing> sizing = runtime::size_engine(config, engine_options, tokens);
     if (!sizing.ok()) return fail(sizing.status().message());
     engine_options.memory_budget_bytes = sizing->budget_bytes;
     engine_options.state_ratio = sizing->state_ratio;
+    engine_options.max_running = sizing->max_running;
   }
   // --speculative draft:DIR: its pools hold max_running requests of default_max_tokens and a
   // prompt as long, one of them the whole context.
