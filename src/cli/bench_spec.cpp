@@ -139,13 +139,13 @@ Status run_speculative_workload(const model::Model& model, Device device,
         const runtime::EngineStats& s = f.stats;
         const double tps = double(f.decode_tokens) / f.decode_seconds;
         if (!setup.speculate) base = tps;
-        const double rate = s.spec_draft_tokens > 0
-                                ? double(s.spec_accepted_tokens) / double(s.spec_draft_tokens)
+        const double rate = s.spec.draft_tokens > 0
+                                ? double(s.spec.accepted_tokens) / double(s.spec.draft_tokens)
                                 : 0;
         const double per_verify =
-            s.spec_sequences > 0 ? double(s.spec_emitted_tokens) / double(s.spec_sequences) : 0;
-        const double record = s.spec_record_sequences > 0
-                                  ? double(s.spec_record_bytes) / double(s.spec_record_sequences)
+            s.spec.sequences > 0 ? double(s.spec.emitted_tokens) / double(s.spec.sequences) : 0;
+        const double record = s.spec.record_sequences > 0
+                                  ? double(s.spec.record_bytes) / double(s.spec.record_sequences)
                                   : 0;
         std::fprintf(out, "| %s | %lld | %s | %.1f | %.2f | %.3f | %.2f | %.0f |\n", kind.c_str(),
                      static_cast<long long>(B), setup.name, tps, tps / base, rate, per_verify,

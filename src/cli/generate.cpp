@@ -158,20 +158,20 @@ Result<runtime::EngineOptions> engine_options(const GenerateOptions& options,
 nlohmann::json cache_json(const runtime::Engine& engine) {
   const runtime::EngineStats s = engine.stats();
   return {{"enabled", engine.options().prefix_cache.enabled},
-          {"lookups", s.cache_lookups},
-          {"hits", s.cache_hits},
-          {"cached_tokens", s.cached_tokens},
+          {"lookups", s.cache.lookups},
+          {"hits", s.cache.hits},
+          {"cached_tokens", s.cache.cached_tokens},
           {"prompt_tokens_computed", s.prompt_tokens},
-          {"snapshots_taken", s.snapshots_taken},
-          {"evictions", s.cache_evictions},
-          {"snapshots", s.cache_snapshots},
-          {"snapshot_bytes", s.cache_snapshot_bytes},
-          {"host_snapshots", s.cache_host_snapshots},
-          {"host_bytes", s.cache_host_bytes},
-          {"host_hits", s.cache_host_hits},
-          {"device_tier_snapshots", s.cache_device_tier_snapshots},
-          {"device_tier_bytes", s.cache_device_tier_bytes},
-          {"device_tier_hits", s.cache_device_tier_hits}};
+          {"snapshots_taken", s.cache.snapshots_taken},
+          {"evictions", s.cache.evictions},
+          {"snapshots", s.cache.snapshots},
+          {"snapshot_bytes", s.cache.snapshot_bytes},
+          {"host_snapshots", s.cache.host_snapshots},
+          {"host_bytes", s.cache.host_bytes},
+          {"host_hits", s.cache.host_hits},
+          {"device_tier_snapshots", s.cache.device_tier_snapshots},
+          {"device_tier_bytes", s.cache.device_tier_bytes},
+          {"device_tier_hits", s.cache.device_tier_hits}};
 }
 
 /// Speculative decoding's figures for --json (null when it is off): verify steps, drafts, the
@@ -188,32 +188,32 @@ nlohmann::json speculative_json(const runtime::Engine& engine) {
                                                                : "draft model"},
           {"draft_tokens", o.speculative.draft_tokens},
           {"mode", o.speculative.mode == model::VerifyMode::kReplay ? "replay" : "states"},
-          {"verify_steps", s.spec_steps},
-          {"verified_sequences", s.spec_sequences},
-          {"drafted", s.spec_draft_tokens},
-          {"accepted", s.spec_accepted_tokens},
-          {"acceptance_rate", ratio(s.spec_accepted_tokens, s.spec_draft_tokens)},
-          {"mean_accepted_length", ratio(s.spec_emitted_tokens, s.spec_sequences)},
-          {"record_bytes_per_sequence", ratio(s.spec_record_bytes, s.spec_record_sequences)}};
+          {"verify_steps", s.spec.steps},
+          {"verified_sequences", s.spec.sequences},
+          {"drafted", s.spec.draft_tokens},
+          {"accepted", s.spec.accepted_tokens},
+          {"acceptance_rate", ratio(s.spec.accepted_tokens, s.spec.draft_tokens)},
+          {"mean_accepted_length", ratio(s.spec.emitted_tokens, s.spec.sequences)},
+          {"record_bytes_per_sequence", ratio(s.spec.record_bytes, s.spec.record_sequences)}};
 }
 
 /// "; speculative: 120 of 200 drafts accepted, 2.4 tokens per verify" (empty when off or unused).
 std::string speculative_line(const runtime::Engine& engine) {
   const runtime::EngineStats s = engine.stats();
-  if (s.spec_sequences == 0) return {};
+  if (s.spec.sequences == 0) return {};
   char mean[32];
   std::snprintf(mean, sizeof mean, "%.2f",
-                double(s.spec_emitted_tokens) / double(s.spec_sequences));
-  return str_cat("; speculative: ", s.spec_accepted_tokens, " of ", s.spec_draft_tokens,
+                double(s.spec.emitted_tokens) / double(s.spec.sequences));
+  return str_cat("; speculative: ", s.spec.accepted_tokens, " of ", s.spec.draft_tokens,
                  " drafts accepted, ", mean, " tokens per verified sequence");
 }
 
 /// "; prefix cache: 3 hits of 4 lookups, 420 tokens reused" (empty when it is off or unused).
 std::string cache_line(const runtime::Engine& engine) {
   const runtime::EngineStats s = engine.stats();
-  if (!engine.options().prefix_cache.enabled || s.cache_lookups == 0) return {};
-  return str_cat("; prefix cache: ", s.cache_hits, " hits of ", s.cache_lookups, " lookups, ",
-                 s.cached_tokens, " tokens reused");
+  if (!engine.options().prefix_cache.enabled || s.cache.lookups == 0) return {};
+  return str_cat("; prefix cache: ", s.cache.hits, " hits of ", s.cache.lookups, " lookups, ",
+                 s.cache.cached_tokens, " tokens reused");
 }
 
 /// Times a run step by step: a step that ran prompt tokens is prefill time, one that ran only

@@ -246,13 +246,13 @@ Status Engine::check_other_ranks() const {
     if (got.waiting != want.waiting || got.running != want.running ||
         got.free_slots != want.free_slots || got.free_pages != want.free_pages ||
         got.steps != want.steps || got.tokens_generated != want.tokens_generated ||
-        got.cache_snapshots != want.cache_snapshots)
+        got.cache.snapshots != want.cache.snapshots)
       return internal_error("tensor-parallel rank ", i + 1, " holds ", got.waiting, " waiting / ",
                             got.running, " running requests, ", got.free_slots, " free slots, ",
-                            got.free_pages, " free pages, ", got.cache_snapshots,
+                            got.free_pages, " free pages, ", got.cache.snapshots,
                             " snapshots after ", got.steps, " steps and ", got.tokens_generated,
                             " tokens; rank 0 ", want.waiting, " / ", want.running, ", ",
-                            want.free_slots, ", ", want.free_pages, ", ", want.cache_snapshots,
+                            want.free_slots, ", ", want.free_pages, ", ", want.cache.snapshots,
                             " after ", want.steps, " and ", want.tokens_generated);
   }
   return ok_status();

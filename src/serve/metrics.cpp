@@ -105,34 +105,34 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
   gauge(out, "hyla_state_slots_total", "State slots of the memory plan.", plan.state_slots);
   gauge(out, "hyla_kv_pages_free", "Free KV pages.", stats.free_pages);
   counter(out, "hyla_prefix_cache_lookups_total", "Admissions that looked a prefix up.",
-          stats.cache_lookups);
+          stats.cache.lookups);
   counter(out, "hyla_prefix_cache_hits_total", "Admissions that resumed from a cached snapshot.",
-          stats.cache_hits);
+          stats.cache.hits);
   counter(out, "hyla_prefix_cache_cached_tokens_total",
-          "Prompt tokens taken from the prefix cache instead of computed.", stats.cached_tokens);
+          "Prompt tokens taken from the prefix cache instead of computed.", stats.cache.cached_tokens);
   counter(out, "hyla_prefix_cache_evictions_total", "Cached snapshots evicted.",
-          stats.cache_evictions);
+          stats.cache.evictions);
   gauge(out, "hyla_prefix_cache_snapshots", "State snapshots the prefix cache holds.",
-        stats.cache_snapshots);
+        stats.cache.snapshots);
   gauge(out, "hyla_prefix_cache_snapshot_bytes", "Bytes of those snapshots.",
-        stats.cache_snapshot_bytes);
+        stats.cache.snapshot_bytes);
   gauge(out, "hyla_prefix_cache_kv_pages", "KV pages only the prefix cache holds.",
-        stats.cache_pages);
+        stats.cache.pages);
   gauge(out, "hyla_prefix_cache_host_snapshots", "Snapshots in the prefix cache's host tier.",
-        stats.cache_host_snapshots);
-  gauge(out, "hyla_prefix_cache_host_bytes", "Bytes of those.", stats.cache_host_bytes);
+        stats.cache.host_snapshots);
+  gauge(out, "hyla_prefix_cache_host_bytes", "Bytes of those.", stats.cache.host_bytes);
   counter(out, "hyla_prefix_cache_host_hits_total", "Hits resumed from the host tier.",
-          stats.cache_host_hits);
+          stats.cache.host_hits);
   gauge(out, "hyla_prefix_cache_device_tier_snapshots",
-        "int8 snapshots in the prefix cache's device tier.", stats.cache_device_tier_snapshots);
+        "int8 snapshots in the prefix cache's device tier.", stats.cache.device_tier_snapshots);
   gauge(out, "hyla_prefix_cache_device_tier_bytes", "Bytes of those.",
-        stats.cache_device_tier_bytes);
+        stats.cache.device_tier_bytes);
   counter(out, "hyla_prefix_cache_device_tier_hits_total", "Hits resumed from the device tier.",
-          stats.cache_device_tier_hits);
-  counter(out, "hyla_spec_verify_steps_total", "Speculative verify steps.", stats.spec_steps);
-  counter(out, "hyla_spec_draft_tokens_total", "Draft tokens verified.", stats.spec_draft_tokens);
+          stats.cache.device_tier_hits);
+  counter(out, "hyla_spec_verify_steps_total", "Speculative verify steps.", stats.spec.steps);
+  counter(out, "hyla_spec_draft_tokens_total", "Draft tokens verified.", stats.spec.draft_tokens);
   counter(out, "hyla_spec_accepted_tokens_total", "Draft tokens accepted.",
-          stats.spec_accepted_tokens);
+          stats.spec.accepted_tokens);
   gauge(out, "hyla_kv_pages_total", "KV pages of the memory plan.", plan.kv_pages);
   out += str_cat(
       "# HELP hyla_preemptions_total Running requests sent back to waiting to free KV pages "

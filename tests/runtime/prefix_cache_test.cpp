@@ -137,15 +137,15 @@ TEST(PrefixCache, RandomStressKeepsTheBooks) {
   }
   EXPECT_EQ(ended, 1500);
   const EngineStats s = engine->stats();
-  EXPECT_GT(s.cache_hits, 100);
-  EXPECT_GT(s.cache_evictions, 0);
-  EXPECT_GT(s.cache_device_tier_moves, 0);
-  EXPECT_GT(s.cache_device_tier_hits, 0);
-  EXPECT_GT(s.cache_host_moves, 0);
-  EXPECT_GT(s.cache_host_hits, 0);
-  EXPECT_GT(s.cache_host_snapshots, 0);
-  EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);
-  EXPECT_EQ(s.free_pages + s.cache_pages, engine->plan().kv_pages);
+  EXPECT_GT(s.cache.hits, 100);
+  EXPECT_GT(s.cache.evictions, 0);
+  EXPECT_GT(s.cache.device_tier_moves, 0);
+  EXPECT_GT(s.cache.device_tier_hits, 0);
+  EXPECT_GT(s.cache.host_moves, 0);
+  EXPECT_GT(s.cache.host_hits, 0);
+  EXPECT_GT(s.cache.host_snapshots, 0);
+  EXPECT_EQ(s.free_slots + s.cache.snapshots, engine->plan().state_slots);
+  EXPECT_EQ(s.free_pages + s.cache.pages, engine->plan().kv_pages);
 }
 
 }  // namespace

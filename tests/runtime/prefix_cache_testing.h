@@ -120,11 +120,11 @@ inline void expect_prefix_cache_hits(const std::string& arch, Device device) {
     expect_as_without_cache(g, device, c.prompt, hit, n, tolerance);
   }
   const EngineStats s = cached->stats();
-  EXPECT_EQ(s.cache_hits, int64_t(cases.size()));
-  EXPECT_GT(s.cached_tokens, 0);
+  EXPECT_EQ(s.cache.hits, int64_t(cases.size()));
+  EXPECT_GT(s.cache.cached_tokens, 0);
   EXPECT_EQ(s.running + s.waiting, 0);
-  EXPECT_EQ(s.free_slots + s.cache_snapshots, cached->plan().state_slots);
-  EXPECT_EQ(s.free_pages + s.cache_pages, cached->plan().kv_pages);
+  EXPECT_EQ(s.free_slots + s.cache.snapshots, cached->plan().state_slots);
+  EXPECT_EQ(s.free_pages + s.cache.pages, cached->plan().kv_pages);
 }
 
 // A pool too small to keep everything: requests down one shared prefix with different tails evict
@@ -148,7 +148,7 @@ inline void expect_prefix_cache_eviction(const std::string& arch, Device device)
     const Outcome got = run_one(*engine, last, n, /*logprobs=*/false);
     expect_cpu_greedy_tokens(g, last, got.tokens, n, device);
   }
-  EXPECT_GT(engine->stats().cache_evictions, 0);
+  EXPECT_GT(engine->stats().cache.evictions, 0);
   const Outcome again = run_one(*engine, last, n, /*logprobs=*/false);
   EXPECT_EQ(again.cached, int64_t(last.size()) - 1);
   expect_cpu_greedy_tokens(g, last, again.tokens, n, device);
@@ -276,25 +276,25 @@ inline void expect_prefix_cache_tier_round_trip(const std::string& arch, Device 
     run_one(*cached, other, n);
   }
   const EngineStats before = cached->stats();
-  EXPECT_EQ(before.cache_host_moves > 0, setup.host_bytes > 0);
-  EXPECT_EQ(before.cache_device_tier_moves > 0, setup.device_tier_slots > 0);
+  EXPECT_EQ(before.cache.host_moves > 0, setup.host_bytes > 0);
+  EXPECT_EQ(before.cache.device_tier_moves > 0, setup.device_tier_slots > 0);
   Tokens prompt = prefix(p150, 149);
   prompt.push_back(g.b_prompt[0]);
   const Outcome hit = run_one(*cached, prompt, n);
   EXPECT_EQ(hit.cached, 149);
   const EngineStats s = cached->stats();
-  EXPECT_EQ(s.cache_host_hits, setup.hit_from_host ? 1 : 0);
-  EXPECT_EQ(s.cache_device_tier_hits, setup.hit_from_host ? 0 : 1);
+  EXPECT_EQ(s.cache.host_hits, setup.hit_from_host ? 1 : 0);
+  EXPECT_EQ(s.cache.device_tier_hits, setup.hit_from_host ? 0 : 1);
   if (setup.int8) {
     expect_near_without_cache(g, device, prompt, hit, n, tolerance);
   } else {
     expect_as_without_cache(g, device, prompt, hit, n, tolerance);
   }
-  EXPECT_EQ(s.free_slots + s.cache_snapshots, cached->plan().state_slots);
-  EXPECT_EQ(s.cache_host_snapshots > 0, setup.host_bytes > 0);
+  EXPECT_EQ(s.free_slots + s.cache.snapshots, cached->plan().state_slots);
+  EXPECT_EQ(s.cache.host_snapshots > 0, setup.host_bytes > 0);
   if (setup.device_tier_slots > 0) {
-    EXPECT_EQ(s.cache_device_tier_snapshots,
-              std::min<int64_t>(setup.device_tier_slots, s.cache_device_tier_moves));
+    EXPECT_EQ(s.cache.device_tier_snapshots,
+              std::min<int64_t>(setup.device_tier_slots, s.cache.device_tier_moves));
   }
 }
 

@@ -177,7 +177,7 @@ TEST(Speculative, MtpDraftsEqualTheHeadRunInOneGo) {
       }
     }
     EXPECT_GT(checked, 10);
-    EXPECT_GT(engine->stats().spec_steps, 0);
+    EXPECT_GT(engine->stats().spec.steps, 0);
   }
 }
 
@@ -426,11 +426,11 @@ TEST(Speculative, SamplingKeepsTheDistribution) {
 
   const EngineStats s = engine->stats();
   std::printf("%lld verify steps, %lld of %lld drafts accepted\n",
-              static_cast<long long>(s.spec_steps), static_cast<long long>(s.spec_accepted_tokens),
-              static_cast<long long>(s.spec_draft_tokens));
-  EXPECT_GT(s.spec_steps, 0);
-  EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft stood: acceptance went untested";
-  EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens)
+              static_cast<long long>(s.spec.steps), static_cast<long long>(s.spec.accepted_tokens),
+              static_cast<long long>(s.spec.draft_tokens));
+  EXPECT_GT(s.spec.steps, 0);
+  EXPECT_GT(s.spec.accepted_tokens, 0) << "no draft stood: acceptance went untested";
+  EXPECT_LT(s.spec.accepted_tokens, s.spec.draft_tokens)
       << "no draft was rejected: the replacement draw went untested";
 }
 
@@ -488,8 +488,8 @@ TEST(Speculative, ReplayUsesOneSlotPerRequest) {
         const EngineStats s = engine->stats();
         EXPECT_EQ(s.free_slots, slots - s.running)
             << "step " << step << ": " << s.running << " running of " << slots << " slots";
-        if (s.spec_steps > int64_t(seen.size()))
-          seen.push_back(Verify{s.spec_record_bytes, s.spec_record_sequences, s.last_step_tokens});
+        if (s.spec.steps > int64_t(seen.size()))
+          seen.push_back(Verify{s.spec.record_bytes, s.spec.record_sequences, s.last_step_tokens});
       }
       expect_pools_full(*engine);
       ASSERT_FALSE(seen.empty()) << "no verify step ran";
@@ -539,16 +539,16 @@ TEST(Speculative, AdaptiveKDraftsLessWhereDraftsFail) {
     const std::vector<Tokens> got = run(*engine, {prompt}, params, /*one_by_one=*/false);
     EXPECT_EQ(got[0], plain.value());
     stats[adaptive] = engine->stats();
-    EXPECT_GT(stats[adaptive].spec_accepted_tokens, 0);
+    EXPECT_GT(stats[adaptive].spec.accepted_tokens, 0);
   }
-  EXPECT_LT(stats[1].spec_draft_tokens, stats[0].spec_draft_tokens);
-  EXPECT_GT(double(stats[1].spec_accepted_tokens) / double(stats[1].spec_draft_tokens),
-            double(stats[0].spec_accepted_tokens) / double(stats[0].spec_draft_tokens));
+  EXPECT_LT(stats[1].spec.draft_tokens, stats[0].spec.draft_tokens);
+  EXPECT_GT(double(stats[1].spec.accepted_tokens) / double(stats[1].spec.draft_tokens),
+            double(stats[0].spec.accepted_tokens) / double(stats[0].spec.draft_tokens));
   std::printf("fixed K: %lld of %lld drafts accepted; adaptive: %lld of %lld\n",
-              static_cast<long long>(stats[0].spec_accepted_tokens),
-              static_cast<long long>(stats[0].spec_draft_tokens),
-              static_cast<long long>(stats[1].spec_accepted_tokens),
-              static_cast<long long>(stats[1].spec_draft_tokens));
+              static_cast<long long>(stats[0].spec.accepted_tokens),
+              static_cast<long long>(stats[0].spec.draft_tokens),
+              static_cast<long long>(stats[1].spec.accepted_tokens),
+              static_cast<long long>(stats[1].spec.draft_tokens));
 }
 
 }  // namespace

@@ -121,17 +121,17 @@ inline void expect_speculative_greedy_equals_plain(const std::string& arch, Devi
     expect_cpu_greedy_tokens(g, l.prompt, l.got, l.n, device);
   }
   const EngineStats s = engine->stats();
-  EXPECT_GT(s.spec_steps, 0);
-  EXPECT_EQ(s.spec_draft_failures, 0);
+  EXPECT_GT(s.spec.steps, 0);
+  EXPECT_EQ(s.spec.draft_failures, 0);
   if (variant.expect_accepted) {
-    EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft stood: the accept path went untested";
+    EXPECT_GT(s.spec.accepted_tokens, 0) << "no draft stood: the accept path went untested";
   }
   if (variant.expect_rejected) {
-    EXPECT_LT(s.spec_accepted_tokens, s.spec_draft_tokens)
+    EXPECT_LT(s.spec.accepted_tokens, s.spec.draft_tokens)
         << "no draft was rejected: the rollback went untested";
   }
   if (cache) {
-    EXPECT_GT(s.cache_hits, 0);
+    EXPECT_GT(s.cache.hits, 0);
   }
   // CUDA: greedy verify steps replay graphs where the model allows them (not with the MTP head,
   // which reads every step's hiddens).
@@ -139,13 +139,13 @@ inline void expect_speculative_greedy_equals_plain(const std::string& arch, Devi
     EXPECT_GT(engine->graph_stats().verify_replays, 0);
   }
   EXPECT_EQ(s.running + s.waiting, 0);
-  EXPECT_EQ(s.free_slots + s.cache_snapshots, engine->plan().state_slots);
-  EXPECT_EQ(s.free_pages + s.cache_pages, engine->plan().kv_pages);
+  EXPECT_EQ(s.free_slots + s.cache.snapshots, engine->plan().state_slots);
+  EXPECT_EQ(s.free_pages + s.cache.pages, engine->plan().kv_pages);
   std::printf("%s %s cache %s: %lld verify steps, %lld of %lld drafts accepted, %lld tokens\n",
               arch.c_str(), mode == model::VerifyMode::kReplay ? "replay" : "step states",
-              cache ? "on" : "off", static_cast<long long>(s.spec_steps),
-              static_cast<long long>(s.spec_accepted_tokens),
-              static_cast<long long>(s.spec_draft_tokens),
+              cache ? "on" : "off", static_cast<long long>(s.spec.steps),
+              static_cast<long long>(s.spec.accepted_tokens),
+              static_cast<long long>(s.spec.draft_tokens),
               static_cast<long long>(s.tokens_generated));
 }
 

@@ -137,10 +137,10 @@ TEST_P(TensorParallelEngineTest, SmallPoolWithCacheEqualsOneRank) {
   const std::vector<Tokens> two = run_small_pool(*g.model, 2, &two_stats);
   EXPECT_EQ(two, one);
   EXPECT_GT(two_stats.preemptions, 0);
-  EXPECT_GT(two_stats.cache_hits, 0);
+  EXPECT_GT(two_stats.cache.hits, 0);
   std::printf("%s, 2 ranks: %lld preemptions, %lld cache hits (one rank: %lld, %lld)\n",
-              GetParam().c_str(), (long long)two_stats.preemptions, (long long)two_stats.cache_hits,
-              (long long)one_stats.preemptions, (long long)one_stats.cache_hits);
+              GetParam().c_str(), (long long)two_stats.preemptions, (long long)two_stats.cache.hits,
+              (long long)one_stats.preemptions, (long long)one_stats.cache.hits);
 }
 
 // Verify steps (1 + K rows per request) run through the all-reduce like any other step; each
@@ -155,7 +155,7 @@ TEST_P(TensorParallelEngineTest, NgramSpeculationKeepsTheReference) {
       run(*engine, {g.a_prompt, g.b_prompt}, greedy(n), /*one_by_one=*/false);
   EXPECT_EQ(out[0], g.a_tokens);
   EXPECT_EQ(out[1], g.b_tokens);
-  EXPECT_GT(engine->stats().spec_steps, 0);
+  EXPECT_GT(engine->stats().spec.steps, 0);
   ASSERT_OK(engine->check_invariants());
 }
 

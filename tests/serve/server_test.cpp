@@ -1049,7 +1049,7 @@ TEST_F(ServerTest, SpeculationWithAPredictionGivesThePlainText) {
     ASSERT_EQ(r.status, 200) << r.body << r.error;
     EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], want);
   }
-  EXPECT_GT(t->engine->stats().spec_accepted_tokens, 0);
+  EXPECT_GT(t->engine->stats().spec.accepted_tokens, 0);
   const HttpResult metrics = send(t->port, http::verb::get, "/metrics");
   EXPECT_NE(metrics.body.find("hyla_spec_accepted_tokens_total"), std::string::npos);
   for (const json& bad :

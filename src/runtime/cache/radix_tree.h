@@ -119,7 +119,6 @@ class RadixTree {
   /// Removes a leaf without a snapshot and lock, and its ancestors that become such leaves.
   void prune(CacheNode node, std::vector<int32_t>& released);
   void drop_snapshot(CacheNode node, std::vector<int32_t>& slots, std::vector<int32_t>& released);
-  bool is_leaf(CacheNode node) const { return nodes_[size_t(node)].children.empty(); }
 
   int64_t page_size_;
   std::vector<Node> nodes_;  ///< [0] is the root

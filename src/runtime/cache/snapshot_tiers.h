@@ -2,8 +2,8 @@
 // is wanted), instead of dropping them. Up to two tiers, in this order:
 //   device  memory on the pool's device, int8 entries only (PrefixCacheOptions::device_tier_bytes)
 //   host    host memory (PrefixCacheOptions::host_bytes)
-// A full tier passes its least recently used entry down to the next one (or drops it): the engine
-// runs that cascade, since it owns the tree (Engine::make_tier_room).
+// A full tier passes its least recently used entry down to the next one (or drops it): the prefix
+// cache runs that cascade, since it owns the tree (PrefixCache::make_tier_room).
 // An entry is a whole slot: every linear layer's conv window in the pool's dtype and its SSM state,
 // in the pool's dtype (native) or int8 with one fp32 scale per row of d_k (kernels/int8_rows.h:
 // error at most max |row| / 254 per element; DESIGN.md §6 keeps conv native). A hit copies
