@@ -129,6 +129,20 @@ int serve(const ServeOptions& options) {
     engine_options.memory_budget_bytes = sizing->budget_bytes;
     engine_options.state_ratio = sizing->state_ratio;
     engine_options.max_running = sizing->max_running;
+    // At most 3/4 of what the device has (each rank on the host its part), as hyla generate:
+    // fewer snapshots stay cached, or fewer requests run at once, rather than no server.
+    Result<AvailableMemory> available = available_memory(device.value());
+    const int sharing = device.value().is_cpu() ? options.tensor_parallel : 1;
+    if (available.ok() && sizing->budget_bytes > available->bytes / 4 * 3 / sharing) {
+      engine_options.memory_budget_bytes = available->bytes / 4 * 3 / sharing;
+      std::fprintf(stderr,
+                   "hyla serve: note: %lld requests at once with the prefix cache's snapshots need "
+                   "%s, more than 3/4 of the %s: the budget is %s (--budget-mib sets it)\n",
+                   static_cast<long long>(sizing->max_running),
+                   runtime::format_bytes(sizing->budget_bytes).c_str(),
+                   available->description.c_str(),
+                   runtime::format_bytes(engine_options.memory_budget_bytes).c_str());
+    }
   }
   // --speculative draft:DIR: its pools hold max_running requests of default_max_tokens and a
   // prompt as long, one of them the whole context.

@@ -15,7 +15,7 @@ namespace hyla::runtime {
 
 /// State slots one request of `tokens` tokens (prompt + new) holds over its life with the prefix
 /// cache of `options`: its working slot and the snapshots its path keeps (EngineOptions::
-/// prefix_cache; 1 when the cache is off). The engine (engine.cpp) leaves snapshots
+/// prefix_cache; 1 when the cache is off). The prefix cache (cache/prefix_cache.h) leaves snapshots
 ///   - where a prefill chunk ends on the snapshot interval (wants_snapshot). A prefill alone in its
 ///     steps ends chunks every max_batch_tokens (aligned down to kPrefillAlign), so these are the
 ///     multiples of lcm(that chunk, snapshot_interval);
