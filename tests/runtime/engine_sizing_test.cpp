@@ -148,7 +148,7 @@ TEST_P(SizeEngineGolden, KeepsEverySnapshot) {
   for (const Tokens& prompt : {a, a, b})
     cached_tokens.push_back(engine_testing::run_one(*engine, prompt, kNew, false).cached);
   EXPECT_EQ(cached_tokens, (std::vector<int64_t>{0, int64_t(a.size()) - 1, 64}));
-  EXPECT_EQ(engine->stats().cache_evictions, 0);
+  EXPECT_EQ(engine->stats().cache.evictions, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, SizeEngineGolden, ::testing::ValuesIn(golden_archs()),

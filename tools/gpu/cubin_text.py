@@ -7,9 +7,11 @@ anonymous-namespace token, which differs between translation units.
 
   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -I src -cubin X.cu -o old.cubin
   (change, rebuild the new cubins the same way)
-  python3 tools/gpu/cubin_text.py [--all] old.cubin[,old2.cubin] new.cubin[,new2.cubin]
+  python3 tools/gpu/cubin_text.py [--all] [--rename OLD=NEW ...] old.cubin[,old2.cubin] new.cubin[,new2.cubin]
 
 Names the first 10 kernels of each kind (different, only old, only new); --all names every one.
+--rename OLD=NEW: an identifier renamed on purpose (a kernel, its argument struct): the old
+kernels' names are read with it replaced, so a renamed kernel is compared with its new self.
 """
 import re
 import struct
@@ -45,10 +47,13 @@ def strip_anonymous(mangled):
         mangled = mangled[:m.start(1)] + 'ANON' + mangled[start + length:]
 
 
-def load(paths):
+def load(paths, renames=()):
     code = {}
     for path in paths.split(','):
         code.update(kernel_code(path))
+    for old, new in renames:  # mangled identifiers carry their length: 6swiglu
+        pattern = re.compile(r'(?<!\d)%d%s' % (len(old), re.escape(old)))
+        code = {pattern.sub('%d%s' % (len(new), new), k): v for k, v in code.items()}
     return code
 
 
@@ -56,9 +61,16 @@ def main():
     args = sys.argv[1:]
     show_all = '--all' in args
     args = [a for a in args if a != '--all']
+    renames = []
+    while '--rename' in args:
+        i = args.index('--rename')
+        if i + 1 >= len(args) or '=' not in args[i + 1]:
+            sys.exit(__doc__)
+        renames.append(tuple(args[i + 1].split('=', 1)))
+        del args[i:i + 2]
     if len(args) != 2:
         sys.exit(__doc__)
-    old, new = load(args[0]), load(args[1])
+    old, new = load(args[0], renames), load(args[1])
     differ = [k for k in old if k in new and old[k] != new[k]]
     missing = [k for k in old if k not in new]
     extra = [k for k in new if k not in old]
