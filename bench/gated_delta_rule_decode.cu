@@ -115,8 +115,8 @@ __global__ void state_copy_floor_kernel(float4* state, const int32_t* slots, int
 /// the shape alone. kInterleave: warp w takes the block's rows w, w + warps, w + 2 warps, ...
 /// instead of 32 contiguous ones, so that at any moment the block's warps touch neighbouring rows
 /// (one contiguous span) rather than one span each (the access-order question of the
-/// small-block copies, which are faster). Measured (docs/perf.md, fifth session): interleaving
-/// is slower, 4 groups in flight faster.
+/// small-block copies, which are faster). Measured (docs/perf-history.md, "GPU decode", entry of
+/// 685205d): interleaving is slower, 4 groups in flight faster.
 template <int kStages, bool kInterleave>
 __global__ void state_copy_head_kernel(float4* state, const int32_t* slots, int64_t heads_rows,
                                        int rows_per_block, float one) {

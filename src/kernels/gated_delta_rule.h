@@ -82,14 +82,15 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream = {})
 
 /// Prefill ("extend") entry: runs whichever of chunk / recurrent is faster for this device and
 /// these lengths (chunk once sequences average kCpuChunkMinTokens tokens on the CPU, see
-/// docs/perf.md, kCudaChunkMinTokens on CUDA; always chunk when chunk_states are requested).
+/// docs/perf-history.md "CPU", kCudaChunkMinTokens on CUDA; always chunk when chunk_states are
+/// requested).
 /// step_states is not accepted here.
 Status gated_delta_rule_extend(const GatedDeltaRuleParams& p, Stream stream = {});
 /// Mean tokens per sequence from which the CPU chunk algorithm beats the recurrent one
-/// (measured by bench/gated_delta_rule.cpp, recorded in docs/perf.md).
+/// (measured by bench/gated_delta_rule.cpp, recorded in docs/perf-history.md "CPU").
 inline constexpr int64_t kCpuChunkMinTokens = 16;
-/// The same threshold for CUDA calls: a first guess, not yet measured against the recurrent kernel
-/// (docs/perf.md "GPU chunk prefill").
+/// The same threshold for CUDA calls: a first guess; no entry of docs/perf-history.md "GPU chunk
+/// prefill" times the chunk kernels against the recurrent one at these lengths.
 inline constexpr int64_t kCudaChunkMinTokens = 16;
 /// True when gated_delta_rule_extend would run the chunk algorithm for p.
 bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p);

@@ -74,7 +74,8 @@ struct GatedDeltaRuleDecodeParams {
   /// B_max x H zeros (a prefix view for smaller batches) serves every decode call of a stream.
   /// With them, the blocks that share a key head's q/k conv windows are ordered by counting (the
   /// last block to have read the windows advances them) instead of by a thread-block cluster
-  /// barrier, so they need not be co-scheduled in one GPC (faster at small batches: docs/perf.md).
+  /// barrier, so they need not be co-scheduled in one GPC (faster at small batches:
+  /// docs/perf-history.md, "GPU decode").
   /// Calls that may run at the same time (several streams) need separate buffers.
   TensorView arrivals;
   /// Optional (the CPU body ignores it): f32 scratch on the kernel's device of at least
@@ -82,8 +83,8 @@ struct GatedDeltaRuleDecodeParams {
   /// that the call may overwrite; its contents need not be kept between calls. With it, CUDA
   /// decode (T = 1) batches of at least 1024 (sequence, key head) units run in two kernels: the
   /// conv, gates and inputs of each (sequence, key head) prepared once into it, then the state
-  /// streamed in blocks of 8 rows (faster than one kernel at large batches: docs/perf.md). Calls
-  /// that may run at the same time need separate workspaces.
+  /// streamed in blocks of 8 rows (faster than one kernel at large batches: docs/perf-history.md,
+  /// "GPU decode"). Calls that may run at the same time need separate workspaces.
   TensorView workspace;
 };
 

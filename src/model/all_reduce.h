@@ -1,8 +1,8 @@
 // The one collective tensor parallelism by head needs in a forward step (model/tensor_parallel.h):
 // after each sublayer every rank holds a partial sum of the sublayer's output, and the ranks add
 // them up. forward_batch calls it through BatchMemory::all_reduce; the communicators implement it
-// (runtime/tp: so far the CPU group, ranks as threads of one process), so the model does not
-// depend on any of them.
+// (runtime/tp: the CPU group, ranks as threads of one process; the NCCL group, ranks on the CUDA
+// devices of one host), so the model does not depend on any of them.
 #pragma once
 
 #include "core/error.h"

@@ -256,7 +256,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Integers used as divisors: 0 used to raise SIGFPE.
+// Integers used as divisors: 0 is an error that names the field, not a SIGFPE.
 TEST(ModelLoadingRobustnessTest, DivisorsOfZeroAreNamed) {
   CheckpointCopy copy;
   copy.rewrite_config([](nlohmann::json& j) { j["decoder_sparse_step"] = 0; });
@@ -322,7 +322,7 @@ TEST(ModelLoadingRobustnessTest, OutOfRangeFieldsAreNamed) {
 }
 
 // 1e9 layers or experts: the config is compared with the checkpoint before anything proportional
-// to it is built (this used to end in std::bad_alloc after a minute).
+// to it is built, so the load fails at once instead of allocating for a minute into std::bad_alloc.
 TEST(ModelLoadingRobustnessTest, HugeCountsFailFastAgainstTheCheckpoint) {
   CheckpointCopy copy;
   copy.rewrite_config([](nlohmann::json& j) {

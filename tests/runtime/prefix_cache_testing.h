@@ -202,7 +202,7 @@ inline const TierSetup kTierSetups[] = {
 /// quantisation is deterministic, so the change is this model's, not the CPU's. Measured on the
 /// golden models (CPU, every tier setup): up to 0.066 (kimi_k3), 0.015 (qwen3_5), 0.014
 /// (qwen3_5_moe), 0.012 (qwen3_next), 0.018 (kimi_linear) on the best log-probabilities of the
-/// steps before the tokens part (docs/perf.md "Prefix cache"). Twice the largest.
+/// steps before the tokens part (docs/perf-history.md "Prefix cache"). Twice the largest.
 inline testing::Tolerance int8_logprob_tolerance() {
   return {.atol = 0.14,
           .rtol = 0,

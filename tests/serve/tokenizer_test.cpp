@@ -209,7 +209,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 // 10 MB runs of one character: one pre-tokenizer piece each (digits: one per digit), which
-// PCRE2's default match limit used to refuse (10M spaces: Qwen's `\s*[\r\n]+` walks the run
+// PCRE2's default match limit would refuse (10M spaces: Qwen's `\s*[\r\n]+` walks the run
 // before `\s+(?!\S)` matches it) and BPE must merge in time linear in the run.
 TEST(TokenizerRobustness, TenMillionCharacterRuns) {
   const Tokenizer t = tiny();

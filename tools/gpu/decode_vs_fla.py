@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hyla's decode benchmark beside fla's, from the files one `tools/gpu/decode.sh bench overlap fla`
-call writes: the side-by-side table of docs/perf.md and the verdict on each decode row of
-../shared/ANCHORS.md section 4 (must / goal).
+call writes: the side-by-side table of docs/perf-history.md "GPU decode" and the verdict on each
+decode row of ../shared/ANCHORS.md section 4 (must / goal).
 
     python3 tools/gpu/decode_vs_fla.py HYLA_JSONL [HYLA_OVERLAP_JSONL] FLA_JSON
 

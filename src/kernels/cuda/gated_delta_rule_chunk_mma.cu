@@ -85,8 +85,8 @@ struct Schedule {
 };
 
 /// The state kernel and the mode by a cost model in units of the roles kernel's chunk time alone
-/// with one block per SM (measured on the H200: docs/perf.md, chunk prefill, eleventh and twelfth
-/// sessions):
+/// with one block per SM (measured on the H200: docs/perf-history.md, "GPU chunk prefill", the
+/// entries of 9162263 and e94a13d):
 /// - state blocks fill the GPU (the roles kernel's reach every SM): the wide kernel (more chunks a
 ///   second per SM), one after the other;
 /// - else, for each kernel, one after the other costs c + r and side by side about max(c', r

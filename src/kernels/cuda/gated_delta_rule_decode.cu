@@ -130,7 +130,7 @@ __global__ void gated_norm_kernel(void* o, bool o_bf16, const void* gate, bool g
 /// per block}, smallest blocks first, then fewer warps; {32, 8, bulk} is decode_bulk_kernel (T = 1
 /// only, no cluster); then the warp kernel's and the split kernels' (T = 1 only;
 /// gated_delta_rule_decode_warp.cu, _split.cu). Tilings and variants the entry never picks are not
-/// compiled (their measurements: docs/perf.md).
+/// compiled (their measurements: docs/perf-history.md, "GPU decode").
 constexpr DecodeKernel kWarpKernel = DecodeKernel::kWarp;
 constexpr DecodeTiling kTilings[] = {{8, 8},
                                      {16, 8},
@@ -166,9 +166,9 @@ bool warp_kernel_aligned(const GatedDeltaRuleDecodeParams& p) {
 }
 
 /// StepArgs::trigger of an overlapped step of `units` (sequence, key head) units, the fastest
-/// measured on the H200 (docs/perf.md, every tiling with --overlap at B = 1 and 8): below 128
-/// units after the block's own griddepcontrol.wait (launching the next step at once would let it
-/// queue its state loads ahead of this step's input loads), else at the start.
+/// measured on the H200 (docs/perf-history.md, "GPU decode": every tiling with --overlap at B = 1
+/// and 8): below 128 units after the block's own griddepcontrol.wait (launching the next step at
+/// once would let it queue its state loads ahead of this step's input loads), else at the start.
 int decode_trigger(int64_t units) { return units < 128 ? 1 : 0; }
 
 }  // namespace
@@ -216,7 +216,7 @@ DecodeTiling default_decode_tiling(int64_t B, int64_t H, int64_t group, int64_t 
                                    bool workspace_ok) {
   const int64_t units = B * H;
   // Each rule below is the fastest tiling measured on the H200 for its case (GDN H16/HV32 and KDA
-  // H32, sweeps of every tiling; the figures are in docs/perf.md).
+  // H32, sweeps of every tiling; the figures are in docs/perf-history.md, "GPU decode").
   // With a workspace (GatedDeltaRuleDecodeParams::workspace), one token, from 1024 units: the
   // split kernels, 8 rows per 1-warp block.
   if (workspace_ok && T == 1 && units >= 1024) {

@@ -56,8 +56,9 @@ __device__ __forceinline__ void probe_warp(int slot) {
 /// Blocks per SM that the registers of a decode (T = 1) kernel must allow (__launch_bounds__'
 /// second argument; 0 = no bound, what ptxas does by itself), for the whole-key-head tilings the
 /// entry takes at large batch with d_k = 128: the most blocks that still compile without spills
-/// (ptxas -Xptxas -v; the register counts are in docs/perf.md). One block more spills everywhere;
-/// a bound of 1 is not the same as none (it raised the d_k = 64 kernels' registers).
+/// (ptxas -Xptxas -v; the register counts are in docs/perf-history.md, "GPU decode"). One block
+/// more spills everywhere; a bound of 1 is not the same as none (it raised the d_k = 64 kernels'
+/// registers).
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT>
 constexpr int decode_min_blocks() {
   if (kT != 1 || kDk != 128) return 0;
@@ -73,7 +74,7 @@ constexpr int decode_min_blocks() {
 /// kOverlap: launched as a programmatic dependent (overlap_previous), inputs read after
 /// griddepcontrol.wait; a template parameter so that the plain instantiations keep the registers
 /// of a kernel without the second path (a runtime flag costs registers, measured slower at large
-/// batches: docs/perf.md).
+/// batches: docs/perf-history.md, "GPU decode").
 /// d_v == kDk.
 template <typename Ts, bool kKda, int kDk, int kR, int kWarps, int kT, bool kOverlap>
 __global__ void __launch_bounds__(32 * kWarps, decode_min_blocks<Ts, kKda, kDk, kR, kWarps, kT>())

@@ -74,8 +74,9 @@ __device__ __forceinline__ uint16_t float_to_bf16_bits(float x) {
 /// bits_to_float makes it a float where it is used. Loads whose values are converted later stay in
 /// flight together. (A converting load, its bf16 conversion in the dtype branch right after the
 /// load, made the warp wait for each value in turn: in the SASS of the block step, a v thread's
-/// input, window, gate and beta loads took one round trip each; docs/perf.md.) Both loads are
-/// predicated into one register, so no conversion can be placed beside them.
+/// input, window, gate and beta loads took one round trip each; docs/perf-history.md, "GPU
+/// decode".) Both loads are predicated into one register, so no conversion can be placed beside
+/// them.
 __device__ __forceinline__ uint32_t load_bits(const void* p, bool is_bf16, int64_t i) {
   const char* at = static_cast<const char*>(p) + (is_bf16 ? 2 * i : 4 * i);
   uint32_t bits;

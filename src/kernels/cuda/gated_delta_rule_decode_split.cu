@@ -1,8 +1,8 @@
 // CUDA two-kernel decode step (T = 1) of gated_delta_rule_decode (DecodeKernel::kSplit; needs
 // GatedDeltaRuleDecodeParams::workspace, a conv of 4 taps and 16-byte aligned tensors). Why two
 // kernels: an in-place copy of the state runs fastest in small blocks with few bytes in flight
-// (4 or 8 rows per block, docs/perf.md), but a small block cannot afford the key head's q/k conv
-// of its own. So:
+// (4 or 8 rows per block, docs/perf-history.md, "GPU decode"), but a small block cannot afford
+// the key head's q/k conv of its own. So:
 //   decode_prep_kernel, one block per (sequence, key head): the q/k conv outputs (raw, before
 //     the l2 norms), the key head's v conv outputs, the decays and beta into the workspace; the
 //     conv windows advanced in place (commit); lets its dependent launch at its start.
@@ -10,7 +10,8 @@
 //     of kSplitWarps warps: the slot id and the state rows loaded before griddepcontrol.wait
 //     (nothing the prep kernel writes), then the prepared values, delta_rule_rows, the rows stored
 //     back (commit) or to step_states (verify with one token).
-// Where the time goes (ncu: the prep a few percent, the rows near DRAM peak): docs/perf.md.
+// Where the time goes (ncu: the prep a few percent, the rows near DRAM peak): docs/perf-history.md,
+// "GPU decode".
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,7 +43,7 @@ __device__ __forceinline__ PrepChannel prep_channel(const StepArgs& p,
 
 /// One thread per run of kPrepRun consecutive channels (of the key head's 2 d_k + group d_v), all
 /// of its loads as vectors and in flight together (load_vec_bits), then its conv: a channel at a
-/// time, each bf16 converted at its load, is latency-bound (docs/perf.md).
+/// time, each bf16 converted at its load, is latency-bound (docs/perf-history.md, "GPU decode").
 constexpr int kPrepRun = 4;
 
 template <bool kKda, int kDk>
@@ -101,7 +102,8 @@ __global__ void __launch_bounds__(kPrepThreads)
 
 // kSplitRows rows per block of kSplitWarps warps. 1-warp blocks held to 64 registers (32 resident
 // per SM): KDA's f32 body needs 68 otherwise (28 per SM), and the occupancy measured faster
-// (docs/perf.md). Spills would cost more than occupancy gains: keep it spill-free.
+// (docs/perf-history.md, "GPU decode"). Spills would cost more than occupancy gains: keep it
+// spill-free.
 template <typename Ts, bool kKda, int kDk>
 __global__ void __launch_bounds__(32 * kSplitWarps, kSplitWarps == 1 ? 32 : 1)
     decode_rows_kernel(const __grid_constant__ StepArgs p) {

@@ -6,7 +6,7 @@
 // (n = d_k / 32) of its rows, so it needs exactly the q and k channels of those columns. No shared
 // memory, no block barrier, but every warp loads its 2 d_k channels' weights and windows. The
 // entry takes it below 128 units without overlap, where it measured faster than the block kernel;
-// at large batches it is slower (docs/perf.md).
+// at large batches it is slower (docs/perf-history.md, "GPU decode").
 // The l2 norms are not applied before the rows: with raw conv outputs q, k,
 //   <row, k^> = <row, k> / |k|,  row += beta (v - <row, k^>) k^,  o = scale <row, q> / |q|,
 // so |q|^2 and |k|^2 are summed in the same warp reduction as the rows' <row, k>.

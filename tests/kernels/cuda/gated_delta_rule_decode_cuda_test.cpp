@@ -420,7 +420,7 @@ TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
-  // Host logic only (no device needed): the choice docs/perf.md measured best on the H200, named
+  // Host logic only (no device needed): the H200's fastest choice (docs/perf-history.md), named
   // as the benchmark prints it (R rows w warps c cluster: block kernel; W: warp kernel).
   auto pick = [](int64_t B, int64_t H, int64_t group, int64_t d_v, int64_t T = 1,
                  bool overlap = false, bool warp_ok = true, bool workspace_ok = false) {
