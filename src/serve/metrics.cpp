@@ -109,7 +109,8 @@ std::string Metrics::render(const runtime::EngineStats& stats, int64_t waiting,
   counter(out, "hyla_prefix_cache_hits_total", "Admissions that resumed from a cached snapshot.",
           stats.cache.hits);
   counter(out, "hyla_prefix_cache_cached_tokens_total",
-          "Prompt tokens taken from the prefix cache instead of computed.", stats.cache.cached_tokens);
+          "Prompt tokens taken from the prefix cache instead of computed.",
+          stats.cache.cached_tokens);
   counter(out, "hyla_prefix_cache_evictions_total", "Cached snapshots evicted.",
           stats.cache.evictions);
   gauge(out, "hyla_prefix_cache_snapshots", "State snapshots the prefix cache holds.",
