@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_testing.h"
 #include "kernels/activations.h"
-#include "kernels/cuda/twin_views.h"
 
 namespace hyla::kernels {
 namespace {
@@ -75,8 +75,8 @@ const Case kCases[] = {
 /// with standard deviation `stddev`, and compares y.
 template <typename Body>
 void expect_matches_cpu(float stddev, Tolerance f32_tolerance, Body body) {
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name());

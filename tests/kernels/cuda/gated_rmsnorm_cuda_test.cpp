@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/twin_views.h"
+#include "cuda_testing.h"
 #include "kernels/gated_rmsnorm.h"
 
 namespace hyla::kernels {
@@ -58,8 +58,8 @@ const Case kCases[] = {
 
 TEST(GatedRmsNormCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name());

@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "model/architecture.h"
+#include "model/cuda/logits_testing.h"
 #include "model/model.h"
 #include "testing.h"
 
@@ -19,7 +20,10 @@ namespace hyla::model {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::logits_spread;
 using testing::on_host;
+using testing::spaced_ids;
+using testing::top2_gap;
 
 // Both sides run on the GPU from the same weights and inputs; they differ only in how the linear
 // layers group their fp32 sums (the fused decode kernel's tree reductions vs the separate ops';
@@ -29,32 +33,6 @@ using testing::on_host;
 // smaller change, so the same bound holds. A wrong state, slot, gate or stride moves logits by
 // >= 1e-2.
 constexpr double kRegroupSpreads = 8;
-
-std::string golden_dir() { return testing::golden_root(HYLA_TEST_DATA_DIR "/golden"); }
-
-/// The model's recorded spread; the demo model records none: the largest of the golden sets
-/// (K3's, ~10x the Qwen ones), as in model_cuda_test.cpp.
-double logits_spread(const std::string& dir) {
-  if (fs::exists(dir + "/reference_meta.json")) return testing::reference_logits_spread(dir);
-  double worst = 0;
-  for (const std::string& g : testing::golden_arch_dirs(golden_dir()))
-    worst = std::max(worst, testing::reference_logits_spread(g));
-  return worst;
-}
-
-std::vector<int32_t> ids(int32_t start, int64_t n, int32_t vocab) {
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < n; ++i) v.push_back(int32_t((start + 37 * i) % vocab));
-  return v;
-}
-
-/// Largest minus second-largest logit of row r of host logits.
-double top2_gap(const Tensor& logits, int64_t r) {
-  const int64_t V = logits.size(1);
-  std::vector<float> row(logits.host<float>() + r * V, logits.host<float>() + (r + 1) * V);
-  std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-  return double(row[0]) - double(row[1]);
-}
 
 LinearAttnBackends backends(LinearDecodeBackend d,
                             LinearPrefillBackend p = LinearPrefillBackend::kAuto) {
@@ -74,7 +52,7 @@ TEST(LinearBackendsCuda, DemoModelFusedAndOpsDecodeAlike) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   const double spread = logits_spread(demo);
-  const std::vector<int32_t> prompt = ids(3, 21, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = spaced_ids(3, 21, int32_t(m.config().vocab_size));
   Tensor ops_logits, fused_logits;
   m.set_linear_backends(backends(LinearDecodeBackend::kOps));
   Result<std::vector<int32_t>> ops = greedy_generate(m, prompt, 12, &ops_logits);
@@ -112,7 +90,7 @@ TEST_P(LinearBackendsCudaGolden, ChunkAndRecurrentPrefillAlike) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   // 70 tokens: one full 64-token chunk and a partial one
-  const std::vector<int32_t> prompt = ids(5, 70, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = spaced_ids(5, 70, int32_t(m.config().vocab_size));
   const auto prefill = [&](LinearPrefillBackend p) -> Result<Tensor> {
     m.set_linear_backends(backends(LinearDecodeBackend::kAuto, p));
     SequenceState s = m.new_sequence(int64_t(prompt.size()));
@@ -148,7 +126,7 @@ TEST_P(LinearBackendsCudaGolden, FusedDecodeOnAShapeTheKernelLacksIsAnError) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   m.set_linear_backends(backends(LinearDecodeBackend::kFused));
-  const std::vector<int32_t> prompt = ids(5, 9, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = spaced_ids(5, 9, int32_t(m.config().vocab_size));
   SequenceState s = m.new_sequence(10);
   ASSERT_TRUE(m.forward(prompt, s).ok());  // prefill: the decode backend plays no part
   EXPECT_ERROR_CONTAINS(m.forward(std::span(prompt.data(), 1), s).status(),
@@ -156,11 +134,11 @@ TEST_P(LinearBackendsCudaGolden, FusedDecodeOnAShapeTheKernelLacksIsAnError) {
 }
 
 TEST(LinearBackendsCudaGoldenSet, HasArchitectures) {
-  EXPECT_TRUE(testing::expect_golden_archs(golden_dir()));
+  EXPECT_TRUE(testing::expect_golden_archs(testing::golden_dir()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LinearBackendsCudaGolden,
-                         ::testing::ValuesIn(testing::golden_arch_dirs(golden_dir())),
+                         ::testing::ValuesIn(testing::golden_arch_dirs(testing::golden_dir())),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return fs::path(param_info.param).filename().string();
                          });
