@@ -136,6 +136,21 @@ inline HostResult device_result(const TwinView& t) {
 
 // ---- Comparisons ----
 
+/// `f32`, the tolerance of an fp32 result, widened by one rounding of each side to `y_dtype`:
+/// values a few fp32 ulp apart can round to neighbouring values, one ulp of the narrow type apart
+/// (bf16 2^-7, f16 2^-10 relative; f16's subnormal spacing 2^-24 near zero). f32 y: `f32` itself.
+inline Tolerance rounded_to(DType y_dtype, const Tolerance& f32) {
+  if (y_dtype == DType::kBF16)
+    return {.atol = f32.atol,
+            .rtol = 1.0 / 128 + f32.rtol,
+            .why = "one bf16 rounding each side: <= 1 bf16 ulp"};
+  if (y_dtype == DType::kF16)
+    return {.atol = 6e-8 + f32.atol,
+            .rtol = 1.0 / 1024 + f32.rtol,
+            .why = "one f16 rounding each side: <= 1 f16 ulp (2^-24 when subnormal)"};
+  return f32;
+}
+
 /// Every storage element outside `t`'s view holds the same bytes on the device as on the host:
 /// neither body wrote past its view (outputs keep their poison, inputs their values).
 inline ::testing::AssertionResult same_outside_view(const HostResult& got, const TwinView& t) {

@@ -323,6 +323,25 @@ const DecodeCase kTilingCases[] = {
     {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
 };
 
+/// Each compiled tiling on each geometry of kTilingCases it serves, B = 3 and T = 1 and 3 where it
+/// takes them (fused: the GPU reads row-strided views), seeded seed + n, seed + n + 1, ... (n
+/// advanced); returns the (case, tiling) pairs run.
+uint32_t expect_every_tiling_matches_cpu(uint32_t seed, uint32_t& n, bool fused) {
+  uint32_t runs = 0;
+  for (const DecodeCase& c : kTilingCases) {
+    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
+      if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
+      // The bulk, warp and split tilings and R16w16 are decode-only (T = 1; verify with one token
+      // included).
+      for (int64_t T : {1, 3})
+        if (cuda::decode_tiling_takes(t, T))
+          expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t, fused);
+      ++runs;
+    }
+  }
+  return runs;
+}
+
 TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
   // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
@@ -332,20 +351,11 @@ TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
   const uint32_t seed = testing::base_seed();
   SCOPED_TRACE(testing::seed_trace(seed));
-  uint32_t n = 0, runs = 0;
-  for (const DecodeCase& c : kTilingCases) {
-    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
-      if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      // The bulk, warp and split tilings and R16w16 are decode-only (T = 1; verify with one token
-      // included).
-      for (int64_t T : {1, 3})
-        if (cuda::decode_tiling_takes(t, T)) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
-      ++runs;
-    }
-  }
+  uint32_t n = 0;
   // Per case: the 6 block tilings that tile its 128 or 256 rows in clusters of 1 to 16, bulk, 2
   // warp tilings, split.
-  EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
+  EXPECT_EQ(expect_every_tiling_matches_cpu(seed, n, /*fused=*/false), 40u)
+      << "not every compiled tiling on the geometries it serves";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, RowStridedInputsMatchCpu) {
@@ -355,17 +365,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, RowStridedInputsMatchCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
   const uint32_t seed = testing::base_seed();
   SCOPED_TRACE(testing::seed_trace(seed));
-  uint32_t n = 0, runs = 0;
-  for (const DecodeCase& c : kTilingCases) {
-    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
-      if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      for (int64_t T : {1, 3})
-        if (cuda::decode_tiling_takes(t, T))
-          expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t, /*fused=*/true);
-      ++runs;
-    }
-  }
-  EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
+  uint32_t n = 0;
+  EXPECT_EQ(expect_every_tiling_matches_cpu(seed, n, /*fused=*/true), 40u)
+      << "not every compiled tiling on the geometries it serves";
   for (DecodeCase c : {DecodeCase{.gate = DecodeGate::kGdn,
                       .H = 1,
                       .HV = 2,

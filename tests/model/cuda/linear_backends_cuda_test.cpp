@@ -20,10 +20,7 @@ namespace hyla::model {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::logits_spread;
 using testing::on_host;
-using testing::spaced_ids;
-using testing::top2_gap;
 
 // Both sides run on the GPU from the same weights and inputs; they differ only in how the linear
 // layers group their fp32 sums (the fused decode kernel's tree reductions vs the separate ops';
@@ -51,8 +48,8 @@ TEST(LinearBackendsCuda, DemoModelFusedAndOpsDecodeAlike) {
   Result<std::unique_ptr<Model>> gpu = loaded.value()->to(Device::cuda());
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
-  const double spread = logits_spread(demo);
-  const std::vector<int32_t> prompt = spaced_ids(3, 21, int32_t(m.config().vocab_size));
+  const double spread = testing::logits_spread(demo);
+  const std::vector<int32_t> prompt = testing::spaced_ids(3, 21, int32_t(m.config().vocab_size));
   Tensor ops_logits, fused_logits;
   m.set_linear_backends(backends(LinearDecodeBackend::kOps));
   Result<std::vector<int32_t>> ops = greedy_generate(m, prompt, 12, &ops_logits);
@@ -73,7 +70,7 @@ TEST(LinearBackendsCuda, DemoModelFusedAndOpsDecodeAlike) {
     EXPECT_CLOSE(fused_logits.view().slice(int64_t(i), int64_t(i) + 1),
                  ops_logits.view().slice(int64_t(i), int64_t(i) + 1), tolerance);
     if ((*ops)[i] == (*fused)[i]) continue;
-    EXPECT_LT(top2_gap(ops_logits, int64_t(i)), 2 * kRegroupSpreads * spread)
+    EXPECT_LT(testing::top2_gap(ops_logits, int64_t(i)), 2 * kRegroupSpreads * spread)
         << "ops token " << (*ops)[i] << ", fused token " << (*fused)[i]
         << " with a clear gap between the two best logits";
     break;
@@ -90,7 +87,7 @@ TEST_P(LinearBackendsCudaGolden, ChunkAndRecurrentPrefillAlike) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   // 70 tokens: one full 64-token chunk and a partial one
-  const std::vector<int32_t> prompt = spaced_ids(5, 70, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = testing::spaced_ids(5, 70, int32_t(m.config().vocab_size));
   const auto prefill = [&](LinearPrefillBackend p) -> Result<Tensor> {
     m.set_linear_backends(backends(LinearDecodeBackend::kAuto, p));
     SequenceState s = m.new_sequence(int64_t(prompt.size()));
@@ -101,7 +98,7 @@ TEST_P(LinearBackendsCudaGolden, ChunkAndRecurrentPrefillAlike) {
   ASSERT_TRUE(chunk.ok()) << chunk.status().message();
   Result<Tensor> recurrent = prefill(LinearPrefillBackend::kRecurrent);
   ASSERT_TRUE(recurrent.ok()) << recurrent.status().message();
-  const double spread = logits_spread(GetParam());
+  const double spread = testing::logits_spread(GetParam());
   std::printf("%s chunk vs recurrent: max |diff| %.3g (%.2f x the spread %.3g)\n",
               fs::path(GetParam()).filename().c_str(),
               testing::max_abs_diff(chunk.value(), recurrent.value()),
@@ -126,7 +123,7 @@ TEST_P(LinearBackendsCudaGolden, FusedDecodeOnAShapeTheKernelLacksIsAnError) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   m.set_linear_backends(backends(LinearDecodeBackend::kFused));
-  const std::vector<int32_t> prompt = spaced_ids(5, 9, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = testing::spaced_ids(5, 9, int32_t(m.config().vocab_size));
   SequenceState s = m.new_sequence(10);
   ASSERT_TRUE(m.forward(prompt, s).ok());  // prefill: the decode backend plays no part
   EXPECT_ERROR_CONTAINS(m.forward(std::span(prompt.data(), 1), s).status(),

@@ -25,10 +25,7 @@ namespace hyla::model {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::logits_spread;
 using testing::on_host;
-using testing::spaced_ids;
-using testing::top2_gap;
 
 // Both devices compute in fp32 from the same weights (bf16 where the checkpoint's values are bf16
 // numbers, on both sides) and f32 pools; they differ in summation order (tree reductions and
@@ -145,12 +142,13 @@ TEST_P(ModelCudaTest, PrefillAndDecodeMatchCpu) {
   ASSERT_TRUE(moved.ok()) << moved.status().message();
   const Model& gpu = *moved.value();
   ASSERT_TRUE(gpu.device().is_cuda());
-  const double spread = logits_spread(GetParam());
+  const double spread = testing::logits_spread(GetParam());
   const bool bf16_gemms = stored_in_bf16(GetParam());
   const ModelConfig& c = cpu.config();
   const int32_t V = int32_t(c.vocab_size);
   constexpr int kDecodeSteps = 8;
-  const std::vector<std::vector<int32_t>> prompts = {spaced_ids(5, 37, V), spaced_ids(11, 70, V)};
+  const std::vector<std::vector<int32_t>> prompts = {testing::spaced_ids(5, 37, V),
+                                                     testing::spaced_ids(11, 70, V)};
   const std::vector<int64_t> capacity = {37 + kDecodeSteps, 70 + kDecodeSteps};
   Pools on_cpu, on_cuda;
   make_pools(c, Device::cpu(), capacity, on_cpu);
@@ -214,9 +212,9 @@ TEST_P(ModelCudaTest, GreedyTokensMatchCpu) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   Result<std::unique_ptr<Model>> gpu = loaded.value()->to(Device::cuda());
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-  const double tie = 2 * kCudaVsCpuSpreads * logits_spread(GetParam());  // both sides move
+  const double tie = 2 * kCudaVsCpuSpreads * testing::logits_spread(GetParam());  // both sides move
   const std::vector<int32_t> prompt =
-      spaced_ids(3, 21, int32_t(loaded.value()->config().vocab_size));
+      testing::spaced_ids(3, 21, int32_t(loaded.value()->config().vocab_size));
   Tensor want_logits, got_logits;
   Result<std::vector<int32_t>> want = greedy_generate(*loaded.value(), prompt, 12, &want_logits);
   ASSERT_TRUE(want.ok()) << want.status().message();
@@ -227,7 +225,7 @@ TEST_P(ModelCudaTest, GreedyTokensMatchCpu) {
   // other (a tie either side may break; after it the continuations are different prompts).
   for (size_t i = 0; i < want->size(); ++i) {
     if ((*want)[i] == (*got)[i]) continue;
-    EXPECT_LT(top2_gap(want_logits, int64_t(i)), tie)
+    EXPECT_LT(testing::top2_gap(want_logits, int64_t(i)), tie)
         << "step " << i << ": CPU token " << (*want)[i] << ", CUDA token " << (*got)[i]
         << " with a clear gap between the CPU's two best logits";
     break;
