@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -45,17 +45,9 @@ Status check_elementwise(std::string_view op, const TensorView& x, const TensorV
 Status l2norm(const TensorView& x, const TensorView& y, float eps, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_elementwise("l2norm", x, y));
   HYLA_RETURN_IF_ERROR(check_positive_finite("l2norm", "eps", eps, "keeps zero rows finite"));
-  const OpScope scope("l2norm", x.device(), stream);
-  if (x.device().is_cpu()) {
-    cpu::l2norm(x, y, eps);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::l2norm(x, y, eps, stream);
-#else
-  (void)stream;
-  return unsupported("l2norm: this build has no CUDA support");
-#endif
+  return dispatch(
+      "l2norm", x.device(), stream, [&] { cpu::l2norm(x, y, eps); },
+      HYLA_CUDA_BODY(cuda::l2norm(x, y, eps, stream)));
 }
 
 Status activation(Activation act, const TensorView& x, const TensorView& y, Stream stream) {
@@ -64,17 +56,9 @@ Status activation(Activation act, const TensorView& x, const TensorView& y, Stre
                             ", expected kSigmoid, kSoftplus or kSilu");
   const std::string op = activation_op_name(act);
   HYLA_RETURN_IF_ERROR(check_elementwise(op, x, y));
-  const OpScope scope("activation", x.device(), stream);
-  if (x.device().is_cpu()) {
-    cpu::activation(act, x, y);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::activation(act, x, y, stream);
-#else
-  (void)stream;
-  return unsupported(op, ": this build has no CUDA support");
-#endif
+  return dispatch(
+      "activation", op, x.device(), stream, [&] { cpu::activation(act, x, y); },
+      HYLA_CUDA_BODY(cuda::activation(act, x, y, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -36,17 +36,8 @@ Status check_add(const AddParams& p) {
 
 Status add(const AddParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_add(p));
-  const OpScope scope("add", p.y.device(), stream);
-  if (p.y.device().is_cpu()) {
-    cpu::add(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::add(p, stream);
-#else
-  (void)stream;
-  return unsupported("add: this build has no CUDA support");
-#endif
+  return dispatch(
+      "add", p.y.device(), stream, [&] { cpu::add(p); }, HYLA_CUDA_BODY(cuda::add(p, stream)));
 }
 
 }  // namespace hyla::kernels

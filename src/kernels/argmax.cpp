@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -39,17 +39,9 @@ Status check_argmax(const ArgmaxParams& p) {
 
 Status argmax(const ArgmaxParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_argmax(p));
-  const OpScope scope("argmax", p.logits.device(), stream);
-  if (p.logits.device().is_cpu()) {
-    cpu::argmax(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::argmax(p, stream);
-#else
-  (void)stream;
-  return unsupported("argmax: this build has no CUDA support");
-#endif
+  return dispatch(
+      "argmax", p.logits.device(), stream, [&] { cpu::argmax(p); },
+      HYLA_CUDA_BODY(cuda::argmax(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -1,9 +1,9 @@
-// Entry point of the Attention-Residual mixture (attn_res_mix): argument checks, then dispatch to
-// the CPU or CUDA body.
+// Entry point of the Attention-Residual mixture: argument checks, then dispatch to the CPU or CUDA
+// body.
 #include "kernels/attn_res.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -18,8 +18,8 @@ bool overlaps(const TensorView& a, const TensorView& b) {
   return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
 }
 
-Status check_attn_res_mix(const AttnResMixParams& p) {
-  constexpr const char* op = "attn_res_mix";
+Status check_attn_res(const AttnResParams& p) {
+  constexpr const char* op = "attn_res";
   HYLA_RETURN_IF_ERROR(check_shape(op, "partial", p.partial, {kAnyDim, kAnyDim}, "T, d"));
   const int64_t T = p.partial.size(0), d = p.partial.size(1);
   int64_t n = 0;
@@ -56,19 +56,11 @@ Status check_attn_res_mix(const AttnResMixParams& p) {
 
 }  // namespace
 
-Status attn_res_mix(const AttnResMixParams& p, Stream stream) {
-  HYLA_RETURN_IF_ERROR(check_attn_res_mix(p));
-  const OpScope scope("attn_res_mix", p.partial.device(), stream);
-  if (p.partial.device().is_cpu()) {
-    cpu::attn_res_mix(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::attn_res_mix(p, stream);
-#else
-  (void)stream;
-  return unsupported("attn_res_mix: this build has no CUDA support");
-#endif
+Status attn_res(const AttnResParams& p, Stream stream) {
+  HYLA_RETURN_IF_ERROR(check_attn_res(p));
+  return dispatch(
+      "attn_res", p.partial.device(), stream, [&] { cpu::attn_res(p); },
+      HYLA_CUDA_BODY(cuda::attn_res(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -12,7 +12,7 @@
 
 namespace hyla::kernels {
 
-struct AttnResMixParams {
+struct AttnResParams {
   /// [T, n, d] f32 (n >= 1), last dim contiguous: block snapshots, e.g. the first n rows of a
   /// bank [T, NB, d]; undefined for n = 0 (the partial sum is the only candidate)
   TensorView blocks;
@@ -24,14 +24,14 @@ struct AttnResMixParams {
   TensorView probs = {};
 };
 
-Status attn_res_mix(const AttnResMixParams& p, Stream stream = {});
+Status attn_res(const AttnResParams& p, Stream stream = {});
 
 namespace cpu {
-void attn_res_mix(const AttnResMixParams& p);
+void attn_res(const AttnResParams& p);
 }  // namespace cpu
 
 namespace cuda {
-Status attn_res_mix(const AttnResMixParams& p, Stream stream);
+Status attn_res(const AttnResParams& p, Stream stream);
 }  // namespace cuda
 
 }  // namespace hyla::kernels

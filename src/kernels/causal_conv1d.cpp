@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -80,32 +80,16 @@ Status check_causal_conv1d_update(const CausalConv1dUpdateParams& p) {
 
 Status causal_conv1d(const CausalConv1dParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_causal_conv1d(p));
-  const OpScope scope("causal_conv1d", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::causal_conv1d(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::causal_conv1d(p, stream);
-#else
-  (void)stream;
-  return unsupported("causal_conv1d: this build has no CUDA support");
-#endif
+  return dispatch(
+      "causal_conv1d", p.x.device(), stream, [&] { cpu::causal_conv1d(p); },
+      HYLA_CUDA_BODY(cuda::causal_conv1d(p, stream)));
 }
 
 Status causal_conv1d_update(const CausalConv1dUpdateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_causal_conv1d_update(p));
-  const OpScope scope("causal_conv1d_update", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::causal_conv1d_update(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::causal_conv1d_update(p, stream);
-#else
-  (void)stream;
-  return unsupported("causal_conv1d_update: this build has no CUDA support");
-#endif
+  return dispatch(
+      "causal_conv1d_update", p.x.device(), stream, [&] { cpu::causal_conv1d_update(p); },
+      HYLA_CUDA_BODY(cuda::causal_conv1d_update(p, stream)));
 }
 
 }  // namespace hyla::kernels

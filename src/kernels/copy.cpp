@@ -2,7 +2,7 @@
 #include "kernels/copy.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -36,17 +36,8 @@ Status check_copy(const CopyParams& p) {
 
 Status copy(const CopyParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_copy(p));
-  const OpScope scope("copy", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::copy(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::copy(p, stream);
-#else
-  (void)stream;
-  return unsupported("copy: this build has no CUDA support");
-#endif
+  return dispatch(
+      "copy", p.x.device(), stream, [&] { cpu::copy(p); }, HYLA_CUDA_BODY(cuda::copy(p, stream)));
 }
 
 }  // namespace hyla::kernels

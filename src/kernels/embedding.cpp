@@ -2,7 +2,7 @@
 #include "kernels/embedding.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -37,17 +37,9 @@ Status check_embedding(const EmbeddingParams& p) {
 
 Status embedding(const EmbeddingParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_embedding(p));
-  const OpScope scope("embedding", p.table.device(), stream);
-  if (p.table.device().is_cpu()) {
-    cpu::embedding(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::embedding(p, stream);
-#else
-  (void)stream;
-  return unsupported("embedding: this build has no CUDA support");
-#endif
+  return dispatch(
+      "embedding", p.table.device(), stream, [&] { cpu::embedding(p); },
+      HYLA_CUDA_BODY(cuda::embedding(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -106,17 +106,10 @@ Status check_gated_delta_rule(const GatedDeltaRuleParams& p, bool chunked) {
 
 Status gated_delta_rule_recurrent(const GatedDeltaRuleParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/false));
-  const OpScope scope("gated_delta_rule_recurrent", p.q.device(), stream);
-  if (p.q.device().is_cpu()) {
-    cpu::gated_delta_rule_recurrent(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::gated_delta_rule_recurrent(p, stream);
-#else
-  (void)stream;
-  return unsupported("gated_delta_rule_recurrent: this build has no CUDA support");
-#endif
+  return dispatch(
+      "gated_delta_rule_recurrent", p.q.device(), stream,
+      [&] { cpu::gated_delta_rule_recurrent(p); },
+      HYLA_CUDA_BODY(cuda::gated_delta_rule_recurrent(p, stream)));
 }
 
 int64_t gated_delta_rule_chunk_workspace_bytes(const GatedDeltaRuleParams& p) {
@@ -226,16 +219,12 @@ ChunkWorkspaceLayout chunk_workspace_layout(const ChunkWorkspaceShape& s) {
   return l;
 }
 
-Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
+namespace {
+
+/// What a CUDA call needs beyond the shared checks: a key width its bodies take, a workspace of
+/// gated_delta_rule_chunk_workspace_bytes, and the 128-row kernels for cp_segments and kWide.
+Status check_gated_delta_rule_chunk_cuda(const GatedDeltaRuleParams& p) {
   constexpr std::string_view op = "gated_delta_rule_chunk";
-  HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
-  if (p.cp_segments < 0 || p.cp_segments > 16)
-    return invalid_argument(op, ": cp_segments ", p.cp_segments, ", expected 0 .. 16");
-  const OpScope scope("gated_delta_rule_chunk", p.q.device(), stream);
-  if (p.q.device().is_cpu()) {
-    cpu::gated_delta_rule_chunk(p);
-    return ok_status();
-  }
   if (p.q.size(2) > kCudaChunkMaxKeyDim)
     return unsupported(op, ": d_k = ", p.q.size(2), " on CUDA, expected at most ",
                        kCudaChunkMaxKeyDim);
@@ -259,12 +248,20 @@ Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
   if (p.state_kernel == ChunkStateKernel::kWide && !chunk_takes_128_rows(p))
     return invalid_argument(op, ": state_kernel kWide needs the tensor-core body (d_k 128) and ",
                             "d_v a multiple of 128, got d_k ", p.q.size(2), ", d_v ", p.v.size(2));
-#if HYLA_WITH_CUDA
-  return cuda::gated_delta_rule_chunk(p, stream);
-#else
-  (void)stream;
-  return unsupported(op, ": this build has no CUDA support");
-#endif
+  return ok_status();
+}
+
+}  // namespace
+
+Status gated_delta_rule_chunk(const GatedDeltaRuleParams& p, Stream stream) {
+  HYLA_RETURN_IF_ERROR(check_gated_delta_rule(p, /*chunked=*/true));
+  if (p.cp_segments < 0 || p.cp_segments > 16)
+    return invalid_argument("gated_delta_rule_chunk: cp_segments ", p.cp_segments,
+                            ", expected 0 .. 16");
+  if (!p.q.device().is_cpu()) HYLA_RETURN_IF_ERROR(check_gated_delta_rule_chunk_cuda(p));
+  return dispatch(
+      "gated_delta_rule_chunk", p.q.device(), stream, [&] { cpu::gated_delta_rule_chunk(p); },
+      HYLA_CUDA_BODY(cuda::gated_delta_rule_chunk(p, stream)));
 }
 
 bool gated_delta_rule_extend_uses_chunk(const GatedDeltaRuleParams& p) {

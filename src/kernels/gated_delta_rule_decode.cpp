@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -242,32 +242,16 @@ Status check_gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p) {
 
 Status gated_delta_rule_decode(const GatedDeltaRuleDecodeParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule_decode(p));
-  const OpScope scope("gated_delta_rule_decode", p.qkv.device(), stream);
-  if (p.qkv.device().is_cpu()) {
-    cpu::gated_delta_rule_decode(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::gated_delta_rule_decode(p, stream);
-#else
-  (void)stream;
-  return unsupported("gated_delta_rule_decode: this build has no CUDA support");
-#endif
+  return dispatch(
+      "gated_delta_rule_decode", p.qkv.device(), stream, [&] { cpu::gated_delta_rule_decode(p); },
+      HYLA_CUDA_BODY(cuda::gated_delta_rule_decode(p, stream)));
 }
 
 Status gated_delta_rule_commit(const GatedDeltaRuleCommitParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_delta_rule_commit(p));
-  const OpScope scope("gated_delta_rule_commit", p.qkv.device(), stream);
-  if (p.qkv.device().is_cpu()) {
-    cpu::gated_delta_rule_commit(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::gated_delta_rule_commit(p, stream);
-#else
-  (void)stream;
-  return unsupported("gated_delta_rule_commit: this build has no CUDA support");
-#endif
+  return dispatch(
+      "gated_delta_rule_commit", p.qkv.device(), stream, [&] { cpu::gated_delta_rule_commit(p); },
+      HYLA_CUDA_BODY(cuda::gated_delta_rule_commit(p, stream)));
 }
 
 }  // namespace hyla::kernels

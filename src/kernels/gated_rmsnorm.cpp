@@ -2,7 +2,7 @@
 #include "kernels/gated_rmsnorm.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -33,17 +33,9 @@ Status check_gated_rmsnorm(const GatedRmsNormParams& p) {
 
 Status gated_rmsnorm(const GatedRmsNormParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gated_rmsnorm(p));
-  const OpScope scope("gated_rmsnorm", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::gated_rmsnorm(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::gated_rmsnorm(p, stream);
-#else
-  (void)stream;
-  return unsupported("gated_rmsnorm: this build has no CUDA support");
-#endif
+  return dispatch(
+      "gated_rmsnorm", p.x.device(), stream, [&] { cpu::gated_rmsnorm(p); },
+      HYLA_CUDA_BODY(cuda::gated_rmsnorm(p, stream)));
 }
 
 }  // namespace hyla::kernels

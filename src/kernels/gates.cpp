@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -81,32 +81,16 @@ Status check_kda_gate(const KdaGateParams& p) {
 
 Status gdn_gate(const GdnGateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gdn_gate(p));
-  const OpScope scope("gdn_gate", p.a.device(), stream);
-  if (p.a.device().is_cpu()) {
-    cpu::gdn_gate(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::gdn_gate(p, stream);
-#else
-  (void)stream;
-  return unsupported("gdn_gate: this build has no CUDA support");
-#endif
+  return dispatch(
+      "gdn_gate", p.a.device(), stream, [&] { cpu::gdn_gate(p); },
+      HYLA_CUDA_BODY(cuda::gdn_gate(p, stream)));
 }
 
 Status kda_gate(const KdaGateParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kda_gate(p));
-  const OpScope scope("kda_gate", p.f.device(), stream);
-  if (p.f.device().is_cpu()) {
-    cpu::kda_gate(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::kda_gate(p, stream);
-#else
-  (void)stream;
-  return unsupported("kda_gate: this build has no CUDA support");
-#endif
+  return dispatch(
+      "kda_gate", p.f.device(), stream, [&] { cpu::kda_gate(p); },
+      HYLA_CUDA_BODY(cuda::kda_gate(p, stream)));
 }
 
 }  // namespace hyla::kernels

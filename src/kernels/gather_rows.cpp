@@ -2,7 +2,7 @@
 #include "kernels/gather_rows.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -39,17 +39,9 @@ Status check_gather_rows(const GatherRowsParams& p) {
 
 Status gather_rows(const GatherRowsParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_gather_rows(p));
-  const OpScope scope("gather_rows", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::gather_rows(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::gather_rows(p, stream);
-#else
-  (void)stream;
-  return unsupported("gather_rows: this build has no CUDA support");
-#endif
+  return dispatch(
+      "gather_rows", p.x.device(), stream, [&] { cpu::gather_rows(p); },
+      HYLA_CUDA_BODY(cuda::gather_rows(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -3,7 +3,7 @@
 #include "kernels/int8_rows.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -31,32 +31,16 @@ Status check_int8_rows(const char* op, const char* rows_name, const TensorView& 
 
 Status quantize_int8_rows(const QuantizeInt8RowsParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_int8_rows("quantize_int8_rows", "x", p.x, p.q, p.scale));
-  const OpScope scope("quantize_int8_rows", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::quantize_int8_rows(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::quantize_int8_rows(p, stream);
-#else
-  (void)stream;
-  return unsupported("quantize_int8_rows: this build has no CUDA support");
-#endif
+  return dispatch(
+      "quantize_int8_rows", p.x.device(), stream, [&] { cpu::quantize_int8_rows(p); },
+      HYLA_CUDA_BODY(cuda::quantize_int8_rows(p, stream)));
 }
 
 Status dequantize_int8_rows(const DequantizeInt8RowsParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_int8_rows("dequantize_int8_rows", "y", p.y, p.q, p.scale));
-  const OpScope scope("dequantize_int8_rows", p.y.device(), stream);
-  if (p.y.device().is_cpu()) {
-    cpu::dequantize_int8_rows(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::dequantize_int8_rows(p, stream);
-#else
-  (void)stream;
-  return unsupported("dequantize_int8_rows: this build has no CUDA support");
-#endif
+  return dispatch(
+      "dequantize_int8_rows", p.y.device(), stream, [&] { cpu::dequantize_int8_rows(p); },
+      HYLA_CUDA_BODY(cuda::dequantize_int8_rows(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -146,32 +146,16 @@ Status check_page_index(std::string_view op, const PageIndex& index, int64_t T, 
 
 Status kv_page_write(const KvPageWriteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kv_page_write(p));
-  const OpScope scope("kv_page_write", p.k.device(), stream);
-  if (p.k.device().is_cpu()) {
-    cpu::kv_page_write(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::kv_page_write(p, stream);
-#else
-  (void)stream;
-  return unsupported("kv_page_write: this build has no CUDA support");
-#endif
+  return dispatch(
+      "kv_page_write", p.k.device(), stream, [&] { cpu::kv_page_write(p); },
+      HYLA_CUDA_BODY(cuda::kv_page_write(p, stream)));
 }
 
 Status kv_page_gather(const KvPageGatherParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_kv_page_gather(p));
-  const OpScope scope("kv_page_gather", p.pages.device(), stream);
-  if (p.pages.device().is_cpu()) {
-    cpu::kv_page_gather(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::kv_page_gather(p, stream);
-#else
-  (void)stream;
-  return unsupported("kv_page_gather: this build has no CUDA support");
-#endif
+  return dispatch(
+      "kv_page_gather", p.pages.device(), stream, [&] { cpu::kv_page_gather(p); },
+      HYLA_CUDA_BODY(cuda::kv_page_gather(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -4,7 +4,7 @@
 #include <climits>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -84,17 +84,9 @@ Status check_linear(const LinearParams& p) {
 
 Status linear(const LinearParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_linear(p));
-  const OpScope scope("linear", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::linear(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::linear(p, stream);
-#else
-  (void)stream;
-  return unsupported("linear: this build has no CUDA support");
-#endif
+  return dispatch(
+      "linear", p.x.device(), stream, [&] { cpu::linear(p); },
+      HYLA_CUDA_BODY(cuda::linear(p, stream)));
 }
 
 }  // namespace hyla::kernels

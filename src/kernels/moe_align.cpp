@@ -3,7 +3,7 @@
 #include "kernels/moe_align.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -73,32 +73,16 @@ Status check_moe_permute(const MoePermuteParams& p) {
 
 Status moe_align(const MoeAlignParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_align(p));
-  const OpScope scope("moe_align", p.topk_ids.device(), stream);
-  if (p.topk_ids.device().is_cpu()) {
-    cpu::moe_align(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::moe_align(p, stream);
-#else
-  (void)stream;
-  return unsupported("moe_align: this build has no CUDA support");
-#endif
+  return dispatch(
+      "moe_align", p.topk_ids.device(), stream, [&] { cpu::moe_align(p); },
+      HYLA_CUDA_BODY(cuda::moe_align(p, stream)));
 }
 
 Status moe_permute(const MoePermuteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_permute(p));
-  const OpScope scope("moe_permute", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::moe_permute(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::moe_permute(p, stream);
-#else
-  (void)stream;
-  return unsupported("moe_permute: this build has no CUDA support");
-#endif
+  return dispatch(
+      "moe_permute", p.x.device(), stream, [&] { cpu::moe_permute(p); },
+      HYLA_CUDA_BODY(cuda::moe_permute(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -2,7 +2,7 @@
 #include "kernels/moe_combine.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -57,17 +57,9 @@ Status check_moe_combine(const MoeCombineParams& p) {
 
 Status moe_combine(const MoeCombineParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_combine(p));
-  const OpScope scope("moe_combine", p.out.device(), stream);
-  if (p.out.device().is_cpu()) {
-    cpu::moe_combine(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::moe_combine(p, stream);
-#else
-  (void)stream;
-  return unsupported("moe_combine: this build has no CUDA support");
-#endif
+  return dispatch(
+      "moe_combine", p.out.device(), stream, [&] { cpu::moe_combine(p); },
+      HYLA_CUDA_BODY(cuda::moe_combine(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -6,7 +6,7 @@
 #include <climits>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -101,17 +101,9 @@ Status check_moe_grouped_linear(const MoeGroupedLinearParams& p) {
 
 Status moe_grouped_linear(const MoeGroupedLinearParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_grouped_linear(p));
-  const OpScope scope("moe_grouped_linear", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::moe_grouped_linear(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::moe_grouped_linear(p, stream);
-#else
-  (void)stream;
-  return unsupported("moe_grouped_linear: this build has no CUDA support");
-#endif
+  return dispatch(
+      "moe_grouped_linear", p.x.device(), stream, [&] { cpu::moe_grouped_linear(p); },
+      HYLA_CUDA_BODY(cuda::moe_grouped_linear(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -2,7 +2,7 @@
 #include "kernels/moe_route.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -56,17 +56,9 @@ Status check_moe_route(const MoeRouteParams& p) {
 
 Status moe_route(const MoeRouteParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_moe_route(p));
-  const OpScope scope("moe_route", p.logits.device(), stream);
-  if (p.logits.device().is_cpu()) {
-    cpu::moe_route(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::moe_route(p, stream);
-#else
-  (void)stream;
-  return unsupported("moe_route: this build has no CUDA support");
-#endif
+  return dispatch(
+      "moe_route", p.logits.device(), stream, [&] { cpu::moe_route(p); },
+      HYLA_CUDA_BODY(cuda::moe_route(p, stream)));
 }
 
 }  // namespace hyla::kernels

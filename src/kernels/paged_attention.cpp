@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -117,17 +117,9 @@ int64_t paged_attention_workspace_bytes(const PagedAttentionParams& p) {
 
 Status paged_attention(const PagedAttentionParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_paged_attention(p));
-  const OpScope scope("paged_attention", p.q.device(), stream);
-  if (p.q.device().is_cpu()) {
-    cpu::paged_attention(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::paged_attention(p, stream);
-#else
-  (void)stream;
-  return unsupported("paged_attention: this build has no CUDA support");
-#endif
+  return dispatch(
+      "paged_attention", p.q.device(), stream, [&] { cpu::paged_attention(p); },
+      HYLA_CUDA_BODY(cuda::paged_attention(p, stream)));
 }
 
 }  // namespace hyla::kernels

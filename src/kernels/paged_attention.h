@@ -1,6 +1,6 @@
-// Causal GQA softmax attention of a batch's new tokens over each sequence's KV pages (HF
-// eager_attention_forward per sequence; the math of kernels/attention.h, read through a page
-// table).
+// Causal GQA softmax attention of a batch's new tokens over each sequence's KV pages, read
+// through a page table (HF eager_attention_forward per sequence: matmul(q, k^T) * scale, causal
+// mask, fp32 softmax with the max subtracted, matmul(p, v); no sliding window).
 //   token t of sequence b (position past[b] + i, i = t - cu[b]), query head h, kv head
 //   h_kv = h / (HQ / HKV):
 //     s_j = scale * <q[t, h], key_j>,   key_j = k at position j of sequence b (kv head h_kv),

@@ -2,7 +2,7 @@
 #include "kernels/rmsnorm.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -62,17 +62,9 @@ Status check_rmsnorm(const RmsNormParams& p) {
 
 Status rmsnorm(const RmsNormParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_rmsnorm(p));
-  const OpScope scope("rmsnorm", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::rmsnorm(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::rmsnorm(p, stream);
-#else
-  (void)stream;
-  return unsupported("rmsnorm: this build has no CUDA support");
-#endif
+  return dispatch(
+      "rmsnorm", p.x.device(), stream, [&] { cpu::rmsnorm(p); },
+      HYLA_CUDA_BODY(cuda::rmsnorm(p, stream)));
 }
 
 }  // namespace hyla::kernels

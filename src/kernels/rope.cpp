@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -41,17 +41,8 @@ Status check_rope(const RopeParams& p) {
 
 Status rope(const RopeParams& p, Stream stream) {
   HYLA_RETURN_IF_ERROR(check_rope(p));
-  const OpScope scope("rope", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::rope(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::rope(p, stream);
-#else
-  (void)stream;
-  return unsupported("rope: this build has no CUDA support");
-#endif
+  return dispatch(
+      "rope", p.x.device(), stream, [&] { cpu::rope(p); }, HYLA_CUDA_BODY(cuda::rope(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -1,16 +1,16 @@
-// Entry point of SiTU-GLU (situ_and_mul): argument checks, then dispatch to the CPU or CUDA body.
+// Entry point of SiTU-GLU: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/situ_glu.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 #include "kernels/swiglu.h"  // check_glu_layout
 
 namespace hyla::kernels {
 
 namespace {
 
-Status check_situ_and_mul(const SituAndMulParams& p) {
-  constexpr const char* op = "situ_and_mul";
+Status check_situ_glu(const SituGluParams& p) {
+  constexpr const char* op = "situ_glu";
   HYLA_RETURN_IF_ERROR(check_glu_layout(op, p.x, p.y));
   for (const auto& [name, value] : {std::pair{"beta", p.beta}, {"linear_beta", p.linear_beta}})
     HYLA_RETURN_IF_ERROR(check_positive_finite(op, name, value));
@@ -19,19 +19,11 @@ Status check_situ_and_mul(const SituAndMulParams& p) {
 
 }  // namespace
 
-Status situ_and_mul(const SituAndMulParams& p, Stream stream) {
-  HYLA_RETURN_IF_ERROR(check_situ_and_mul(p));
-  const OpScope scope("situ_and_mul", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::situ_and_mul(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::situ_and_mul(p, stream);
-#else
-  (void)stream;
-  return unsupported("situ_and_mul: this build has no CUDA support");
-#endif
+Status situ_glu(const SituGluParams& p, Stream stream) {
+  HYLA_RETURN_IF_ERROR(check_situ_glu(p));
+  return dispatch(
+      "situ_glu", p.x.device(), stream, [&] { cpu::situ_glu(p); },
+      HYLA_CUDA_BODY(cuda::situ_glu(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -14,12 +14,12 @@
 namespace hyla::kernels {
 
 /// One output of SiTU-GLU from its gate g and up u, in the order both bodies evaluate it.
-HYLA_HOST_DEVICE float situ_and_mul_value(float g, float u, float beta, float linear_beta) {
+HYLA_HOST_DEVICE float situ_glu_value(float g, float u, float beta, float linear_beta) {
   const float bounded_gate = beta * tanhf(g / beta) * sigmoid(g);
   return bounded_gate * (linear_beta * tanhf(u / linear_beta));
 }
 
-struct SituAndMulParams {
+struct SituGluParams {
   TensorView x;               ///< [T, 2I] f32: gate = x[:, :I], up = x[:, I:]; last dim contiguous
   float beta = 4.0f;          ///< > 0: bound of the gate's linear factor (activation_situ_beta)
   float linear_beta = 25.0f;  ///< > 0: bound of the up projection (activation_situ_linear_beta)
@@ -28,14 +28,14 @@ struct SituAndMulParams {
   TensorView y;
 };
 
-Status situ_and_mul(const SituAndMulParams& p, Stream stream = {});
+Status situ_glu(const SituGluParams& p, Stream stream = {});
 
 namespace cpu {
-void situ_and_mul(const SituAndMulParams& p);
+void situ_glu(const SituGluParams& p);
 }  // namespace cpu
 
 namespace cuda {
-Status situ_and_mul(const SituAndMulParams& p, Stream stream);
+Status situ_glu(const SituGluParams& p, Stream stream);
 }  // namespace cuda
 
 }  // namespace hyla::kernels

@@ -1,8 +1,8 @@
-// Entry point of SwiGLU (silu_and_mul): argument checks, then dispatch to the CPU or CUDA body.
+// Entry point of SwiGLU: argument checks, then dispatch to the CPU or CUDA body.
 #include "kernels/swiglu.h"
 
 #include "core/check.h"
-#include "core/op_times.h"
+#include "kernels/dispatch.h"
 
 namespace hyla::kernels {
 
@@ -27,19 +27,11 @@ Status check_glu_layout(std::string_view op, const TensorView& x, const TensorVi
   return ok_status();
 }
 
-Status silu_and_mul(const SiluAndMulParams& p, Stream stream) {
-  HYLA_RETURN_IF_ERROR(check_glu_layout("silu_and_mul", p.x, p.y));
-  const OpScope scope("silu_and_mul", p.x.device(), stream);
-  if (p.x.device().is_cpu()) {
-    cpu::silu_and_mul(p);
-    return ok_status();
-  }
-#if HYLA_WITH_CUDA
-  return cuda::silu_and_mul(p, stream);
-#else
-  (void)stream;
-  return unsupported("silu_and_mul: this build has no CUDA support");
-#endif
+Status swiglu(const SwigluParams& p, Stream stream) {
+  HYLA_RETURN_IF_ERROR(check_glu_layout("swiglu", p.x, p.y));
+  return dispatch(
+      "swiglu", p.x.device(), stream, [&] { cpu::swiglu(p); },
+      HYLA_CUDA_BODY(cuda::swiglu(p, stream)));
 }
 
 }  // namespace hyla::kernels

@@ -10,26 +10,26 @@
 
 namespace hyla::kernels {
 
-struct SiluAndMulParams {
+struct SwigluParams {
   TensorView x;  ///< [T, 2I] f32: gate = x[:, :I], up = x[:, I:]; last dim contiguous
   /// out [T, I] f32|bf16, last dim contiguous; an f32 y may be x's gate half in place (same data
   /// pointer and row stride)
   TensorView y;
 };
 
-Status silu_and_mul(const SiluAndMulParams& p, Stream stream = {});
+Status swiglu(const SwigluParams& p, Stream stream = {});
 
-/// The fused gate/up layout every GLU entry takes (silu_and_mul, situ_and_mul): x [T, 2I] f32 and
+/// The fused gate/up layout every GLU entry takes (swiglu, situ_glu): x [T, 2I] f32 and
 /// y [T, I] f32|bf16, last dims contiguous, same device; y may be x's gate half in place only
 /// with x's dtype and row stride.
 Status check_glu_layout(std::string_view op, const TensorView& x, const TensorView& y);
 
 namespace cpu {
-void silu_and_mul(const SiluAndMulParams& p);
+void swiglu(const SwigluParams& p);
 }  // namespace cpu
 
 namespace cuda {
-Status silu_and_mul(const SiluAndMulParams& p, Stream stream);
+Status swiglu(const SwigluParams& p, Stream stream);
 }  // namespace cuda
 
 }  // namespace hyla::kernels

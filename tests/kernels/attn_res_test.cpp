@@ -1,7 +1,7 @@
-// Attention-Residual mixture (attn_res_mix) against a float64 reference of the Block AttnRes
-// formula: n = 0 .. 8 candidates' snapshots, blocks as the first n rows of a wider bank (the
-// model's use), strided partial sums and outputs, bf16 score vectors, large scores (softmax
-// overflow), the score's scale invariance; argument errors.
+// Attention-Residual mixture against a float64 reference of the Block AttnRes formula: n = 0 .. 8
+// candidates' snapshots, blocks as the first n rows of a wider bank (the model's use), strided
+// partial sums and outputs, bf16 score vectors, large scores (softmax overflow), the score's scale
+// invariance; argument errors.
 #include "kernels/attn_res.h"
 
 #include <algorithm>
@@ -93,7 +93,7 @@ const AttnResCase kCases[] = {
     {0, 2, 16},                                 // no tokens
 };
 
-TEST(AttnResMixTest, MatchesFloat64Reference) {
+TEST(AttnResTest, MatchesFloat64Reference) {
   int seed = 0;
   for (const AttnResCase& c : kCases) {
     SCOPED_TRACE(c.name());
@@ -126,7 +126,7 @@ TEST(AttnResMixTest, MatchesFloat64Reference) {
     Tensor y_storage = testing::poisoned({padded_numel({c.T, c.d}, pad, offset)}, DType::kF32);
     const TensorView y = padded_view(y_storage, {c.T, c.d}, pad, offset);
     Tensor probs = testing::poisoned({c.T, c.n + 1}, DType::kF32);
-    ASSERT_OK(attn_res_mix(
+    ASSERT_OK(attn_res(
         {.blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y, .probs = probs}));
     EXPECT_CLOSE(y, want.y, kMixTolerance);
     EXPECT_CLOSE(probs, want.probs, kProbTolerance);
@@ -134,23 +134,22 @@ TEST(AttnResMixTest, MatchesFloat64Reference) {
 
     // Without probs the mixture is the same, bit for bit.
     Tensor y2 = testing::poisoned({c.T, c.d}, DType::kF32);
-    ASSERT_OK(
-        attn_res_mix({.blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y2}));
+    ASSERT_OK(attn_res({.blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y2}));
     EXPECT_TRUE(testing::bitwise_equal(y2, y));
   }
 }
 
-TEST(AttnResMixTest, PartialAloneIsCopiedExactly) {
+TEST(AttnResTest, PartialAloneIsCopiedExactly) {
   // n = 0 (layer 0's attention input): softmax over one candidate is exactly 1.
   std::mt19937 rng(3);
   Tensor partial = testing::random_normal({4, 24}, DType::kF32, rng, 0.0f, 100.0f);
   Tensor cw = testing::random_normal({24}, DType::kF32, rng);
   Tensor y = testing::poisoned({4, 24}, DType::kF32);
-  ASSERT_OK(attn_res_mix({.blocks = {}, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y}));
+  ASSERT_OK(attn_res({.blocks = {}, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y}));
   EXPECT_TRUE(testing::bitwise_equal(y, partial));
 }
 
-TEST(AttnResMixTest, ScoreIgnoresARowsScale) {
+TEST(AttnResTest, ScoreIgnoresARowsScale) {
   // The score normalises each row: scaling a snapshot by 1000 keeps its weight (up to eps), while
   // the mixture takes the raw, scaled row.
   std::mt19937 rng(4);
@@ -164,14 +163,14 @@ TEST(AttnResMixTest, ScoreIgnoresARowsScale) {
   Tensor y = Tensor::empty({T, d}, DType::kF32), y_scaled = Tensor::empty({T, d}, DType::kF32);
   Tensor p = Tensor::empty({T, n + 1}, DType::kF32),
          p_scaled = Tensor::empty({T, n + 1}, DType::kF32);
-  ASSERT_OK(attn_res_mix(
-      {.blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y, .probs = p}));
-  ASSERT_OK(attn_res_mix({.blocks = scaled,
-                          .partial = partial,
-                          .cw = cw,
-                          .eps = 1e-5f,
-                          .y = y_scaled,
-                          .probs = p_scaled}));
+  ASSERT_OK(
+      attn_res({.blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y, .probs = p}));
+  ASSERT_OK(attn_res({.blocks = scaled,
+                      .partial = partial,
+                      .cw = cw,
+                      .eps = 1e-5f,
+                      .y = y_scaled,
+                      .probs = p_scaled}));
   EXPECT_CLOSE(
       p_scaled, testing::to_f64(p),
       {.atol = 1e-5, .rtol = 0, .why = "eps 1e-5 against mean(x^2) ~1 moves the score 5e-6"});
@@ -180,7 +179,7 @@ TEST(AttnResMixTest, ScoreIgnoresARowsScale) {
   EXPECT_GT(largest, 10.0) << "the mixture must use the raw (scaled) rows";
 }
 
-TEST(AttnResMixTest, RejectsBadArguments) {
+TEST(AttnResTest, RejectsBadArguments) {
   std::mt19937 rng(5);
   const int64_t T = 3, n = 2, d = 8;
   Tensor blocks = testing::random_normal({T, n, d}, DType::kF32, rng);
@@ -193,42 +192,40 @@ TEST(AttnResMixTest, RejectsBadArguments) {
   Tensor y = testing::poisoned({T, d}, DType::kF32);
   Tensor probs_wrong = testing::poisoned({T, n}, DType::kF32);
   const TensorView y_in_blocks(blocks.view().raw(), DType::kF32, {T, d});
-  const AttnResMixParams good = {
-      .blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y};
+  const AttnResParams good = {.blocks = blocks, .partial = partial, .cw = cw, .eps = 1e-5f, .y = y};
 
   struct ErrorCase {
     const char* name;
-    std::function<void(AttnResMixParams&)> change;
+    std::function<void(AttnResParams&)> change;
     const char* error;
   };
   const ErrorCase cases[] = {
-      {"missing_partial", [&](AttnResMixParams& p) { p.partial = {}; },
-       "attn_res_mix: partial is missing"},
-      {"blocks_d", [&](AttnResMixParams& p) { p.blocks = blocks_wrong_d; },
-       "attn_res_mix: blocks has shape [3, 2, 9], expected [3, *, 8] (T, n, d)"},
-      {"blocks_empty", [&](AttnResMixParams& p) { p.blocks = blocks_empty; },
+      {"missing_partial", [&](AttnResParams& p) { p.partial = {}; },
+       "attn_res: partial is missing"},
+      {"blocks_d", [&](AttnResParams& p) { p.blocks = blocks_wrong_d; },
+       "attn_res: blocks has shape [3, 2, 9], expected [3, *, 8] (T, n, d)"},
+      {"blocks_empty", [&](AttnResParams& p) { p.blocks = blocks_empty; },
        "expected n >= 1 (leave blocks undefined for none)"},
-      {"blocks_dtype", [&](AttnResMixParams& p) { p.blocks = blocks_bf16; },
-       "attn_res_mix: blocks has dtype bf16, expected f32"},
-      {"cw_shape", [&](AttnResMixParams& p) { p.cw = cw_short; },
-       "attn_res_mix: cw has shape [7], expected [8] (d)"},
-      {"probs_shape", [&](AttnResMixParams& p) { p.probs = probs_wrong; },
-       "attn_res_mix: probs has shape [3, 2], expected [3, 3] (T, n + 1)"},
-      {"y_is_partial", [&](AttnResMixParams& p) { p.y = partial; },
-       "attn_res_mix: y overlaps partial; the mixture is written to its own buffer"},
-      {"y_in_blocks", [&](AttnResMixParams& p) { p.y = y_in_blocks; },
-       "attn_res_mix: y overlaps blocks"},
-      {"eps_zero", [&](AttnResMixParams& p) { p.eps = 0.0f; },
-       "attn_res_mix: eps is 0, expected a finite value > 0"},
-      {"missing_y", [&](AttnResMixParams& p) { p.y = {}; }, "attn_res_mix: y is missing"},
+      {"blocks_dtype", [&](AttnResParams& p) { p.blocks = blocks_bf16; },
+       "attn_res: blocks has dtype bf16, expected f32"},
+      {"cw_shape", [&](AttnResParams& p) { p.cw = cw_short; },
+       "attn_res: cw has shape [7], expected [8] (d)"},
+      {"probs_shape", [&](AttnResParams& p) { p.probs = probs_wrong; },
+       "attn_res: probs has shape [3, 2], expected [3, 3] (T, n + 1)"},
+      {"y_is_partial", [&](AttnResParams& p) { p.y = partial; },
+       "attn_res: y overlaps partial; the mixture is written to its own buffer"},
+      {"y_in_blocks", [&](AttnResParams& p) { p.y = y_in_blocks; }, "attn_res: y overlaps blocks"},
+      {"eps_zero", [&](AttnResParams& p) { p.eps = 0.0f; },
+       "attn_res: eps is 0, expected a finite value > 0"},
+      {"missing_y", [&](AttnResParams& p) { p.y = {}; }, "attn_res: y is missing"},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.name);
-    AttnResMixParams p = good;
+    AttnResParams p = good;
     c.change(p);
-    EXPECT_ERROR_CONTAINS(attn_res_mix(p), c.error);
+    EXPECT_ERROR_CONTAINS(attn_res(p), c.error);
   }
-  EXPECT_OK(attn_res_mix(good));
+  EXPECT_OK(attn_res(good));
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
-// Paged attention (CPU body) against a float64 reference over the shared cases (paged_kv_cases.h:
+// Paged attention (CPU body) against float64 references: over the shared cases (paged_kv_cases.h:
 // several sequences, page sizes 1 / 16 / 64, shuffled pages, GQA 1:1 and 4:1, d 32 to 256, past 0
-// and > 0, f32 / bf16 pages, gate, MLA's rope part); unowned page rows hold NaN and must not be
-// read. With f32 pages it gives exactly what contiguous attention (kernels/attention.h) gives, and
-// the same rows whether a sequence's tokens come in one call or in chunks. Argument errors.
+// and > 0, f32 / bf16 pages, gate, MLA's rope part; unowned page rows hold NaN and must not be
+// read), and a plain causal attention over contiguous k / v for one sequence whose rows fill one
+// page (prefill, chunked prefill, decode, GQA 1:1 to 4:1, d_qk != d_v both ways, an explicit
+// scale, no new tokens). The same rows whether a sequence's tokens come in one call or in chunks.
+// Argument errors.
 #include "kernels/paged_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -12,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
 #include "kernels/paged_kv_cases.h"
 #include "kernels/strided_views.h"
 #include "testing.h"
@@ -86,21 +88,96 @@ TEST(PagedAttentionTest, StridedViews) {
   EXPECT_TRUE(testing::untouched_outside(o_storage, o));
 }
 
-TEST(PagedAttentionTest, F32PagesGiveExactlyContiguousAttention) {
-  // one sequence in one page of S rows is a contiguous KV cache: same fp32 operations, same order
-  const PagedCase c = {{37}, {5}, 48, 8, 2, 64, 64};
-  std::mt19937 rng(7);
-  const PagedInputs in = testing::make_paged_inputs(c, rng);
-  Tensor o_paged = testing::poisoned({c.T(), c.HQ, c.d_v}, DType::kF32);
-  ASSERT_OK(paged_attention(params(c, in, o_paged)));
-  const int64_t page = in.page_table.host<int32_t>()[0];
-  Tensor o_contiguous = testing::poisoned({c.T(), c.HQ, c.d_v}, DType::kF32);
-  ASSERT_OK(attention({.q = in.q,
-                       .k_cache = in.k_pages.view().select(page),
-                       .v_cache = in.v_pages.view().select(page),
-                       .past = c.past[0],
-                       .o = o_contiguous}));
-  EXPECT_TRUE(testing::bitwise_equal(o_paged, o_contiguous));
+/// o [T, HQ, d_v] in float64 for one sequence over contiguous k / v, the math of
+/// kernels/paged_attention.h without pages: token t (position past + t), query head h, kv head
+/// h_kv = h / (HQ / HKV), sees the keys j in [0, past + t] (causal, no window);
+///   s_j = scale <q[t, h], [k[j, h_kv] | k_rope[j]]>,  o[t, h] = sum_j softmax(s)_j v[j, h_kv],
+///   then o[t, h] *= sigmoid(gate[t, h]) with a gate.
+/// q [T, HQ, d_k + d_rope], k [>= past + T, HKV, d_k], k_rope [>= past + T, 1, d_rope] (empty
+/// without rope), v [>= past + T, HKV, d_v], gate [T, HQ, d_v] (empty without); row-major.
+std::vector<double> contiguous_attention_reference(const PagedCase& c, const std::vector<double>& q,
+                                                   const std::vector<double>& k,
+                                                   const std::vector<double>& k_rope,
+                                                   const std::vector<double>& v,
+                                                   const std::vector<double>& gate) {
+  const int64_t T = c.T(), past = c.past[0], d_qk = c.d_k + c.d_rope, group = c.HQ / c.HKV;
+  const double scale = c.scale > 0.0f ? double(c.scale) : 1.0 / std::sqrt(double(d_qk));
+  std::vector<double> o(static_cast<size_t>(T * c.HQ * c.d_v));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < c.HQ; ++h) {
+      const int64_t h_kv = h / group, len = past + t + 1;
+      const double* q_row = q.data() + (t * c.HQ + h) * d_qk;
+      std::vector<double> score(static_cast<size_t>(len));
+      for (int64_t j = 0; j < len; ++j) {
+        const double* k_row = k.data() + (j * c.HKV + h_kv) * c.d_k;
+        double dot = 0;
+        for (int64_t i = 0; i < c.d_k; ++i) dot += q_row[i] * k_row[i];
+        for (int64_t i = 0; i < c.d_rope; ++i) dot += q_row[c.d_k + i] * k_rope[j * c.d_rope + i];
+        score[size_t(j)] = scale * dot;
+      }
+      const double max_score = *std::max_element(score.begin(), score.end());
+      double sum = 0;
+      for (double& s : score) sum += (s = std::exp(s - max_score));
+      double* o_row = o.data() + (t * c.HQ + h) * c.d_v;
+      for (int64_t j = 0; j < len; ++j) {
+        const double* v_row = v.data() + (j * c.HKV + h_kv) * c.d_v;
+        for (int64_t i = 0; i < c.d_v; ++i) o_row[i] += score[size_t(j)] / sum * v_row[i];
+      }
+      if (c.gate)
+        for (int64_t i = 0; i < c.d_v; ++i)
+          o_row[i] /= 1.0 + std::exp(-gate[size_t((t * c.HQ + h) * c.d_v + i)]);
+    }
+  }
+  return o;
+}
+
+/// One sequence per case; its past + T rows fill one page with 3 rows to spare (NaN), so the page
+/// is a contiguous KV cache [page_size, HKV, d].
+std::vector<PagedCase> one_page_cases() {
+  const DType f32 = DType::kF32, bf16 = DType::kBF16;
+  std::vector<PagedCase> cases = {
+      {{0}, {1}, 0, 4, 4, 32, 32},                        // one token sees only itself
+      {{0}, {7}, 0, 4, 4, 32, 32},                        // prefill
+      {{0}, {33}, 0, 8, 2, 64, 64},                       // GQA 4:1
+      {{0}, {7}, 0, 4, 4, 48, 32},                        // d_qk 48 != d_v 32
+      {{0}, {33}, 0, 4, 1, 48, 32},                       // GQA 4:1, d_qk != d_v
+      {{40}, {1}, 0, 4, 4, 32, 32},                       // decode
+      {{100}, {1}, 0, 8, 2, 64, 64},                      // decode, GQA 4:1
+      {{63}, {1}, 0, 4, 4, 48, 32, 0, f32, false, 0.3f},  // explicit scale
+      {{17}, {5}, 0, 6, 3, 16, 24},                       // chunked prefill, GQA 2:1, d_v > d_qk
+      {{37}, {5}, 0, 8, 2, 64, 64},                       // chunked prefill
+      {{9}, {0}, 0, 4, 2, 32, 32},                        // no new tokens
+      {{12}, {6}, 0, 4, 2, 48, 32, 16, f32, true},        // MLA rope key, gate
+      {{20}, {3}, 0, 4, 1, 64, 32, 32, bf16, true},       // MLA, bf16 pages, gate
+  };
+  for (PagedCase& c : cases) c.page_size = c.past[0] + c.T() + 3;
+  return cases;
+}
+
+TEST(PagedAttentionTest, OnePageMatchesContiguousReference) {
+  int seed = 200;
+  for (const PagedCase& c : one_page_cases()) {
+    SCOPED_TRACE(c.name());
+    std::mt19937 rng(++seed);
+    const PagedInputs in = testing::make_paged_inputs(c, rng);
+    Tensor o = testing::poisoned({c.T(), c.HQ, c.d_v}, DType::kF32);
+    ASSERT_OK(paged_attention(params(c, in, o)));
+    const int64_t page = in.page_table.host<int32_t>()[0];
+    const TensorView v = in.v_pages.view().select(page);
+    const std::vector<double> want = contiguous_attention_reference(
+        c, testing::to_f64(in.q), testing::to_f64(in.k_pages.view().select(page)),
+        c.d_rope > 0 ? testing::to_f64(in.k_rope_pages.view().select(page)) : std::vector<double>(),
+        testing::to_f64(v), c.gate ? testing::to_f64(in.gate) : std::vector<double>());
+    // kOutputTolerance's bounds hold: d_qk <= 96 terms |q k| <= 2, |s| <= 0.3 * 2 * 48 (its
+    // d_qk 256 cases: 256^-1/2 * 2 * 256 = 32), <= 101 keys; the reference reads the same values
+    EXPECT_CLOSE(o, want, kOutputTolerance);
+    // the first token of a prefill has one key, of weight exactly 1: o = v_0
+    if (c.past[0] == 0 && c.T() > 0 && !c.gate && c.page_dtype == DType::kF32) {
+      for (int64_t h = 0; h < c.HQ; ++h)
+        EXPECT_TRUE(testing::bitwise_equal(o.view().select(0).select(h),
+                                           v.select(0).select(h / (c.HQ / c.HKV))));
+    }
+  }
 }
 
 TEST(PagedAttentionTest, ChunksGiveTheRowsOfOneCall) {

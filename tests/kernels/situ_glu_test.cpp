@@ -1,6 +1,6 @@
-// SiTU-GLU (situ_and_mul) against a float64 reference of Kimi K3's formula: odd I, T = 0, 1 and
-// larger, strided and misaligned x, y as a column slice of a wider buffer, in place over x's gate
-// half, other betas, saturation; argument errors.
+// SiTU-GLU against a float64 reference of Kimi K3's formula: odd I, T = 0, 1 and larger, strided
+// and misaligned x, y as a column slice of a wider buffer, in place over x's gate half, other
+// betas, saturation; argument errors.
 #include "kernels/situ_glu.h"
 
 #include <cmath>
@@ -20,8 +20,8 @@ using testing::Tolerance;
 
 /// y[t, i] = beta tanh(g / beta) sigmoid(g) * linear_beta tanh(u / linear_beta) in float64;
 /// x is [T, 2I] row-major, g = x[t, i], u = x[t, I + i].
-std::vector<double> situ_and_mul_reference(const std::vector<double>& x, int64_t T, int64_t I,
-                                           double beta, double linear_beta) {
+std::vector<double> situ_glu_reference(const std::vector<double>& x, int64_t T, int64_t I,
+                                       double beta, double linear_beta) {
   std::vector<double> y(size_t(T * I));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < I; ++i) {
@@ -71,7 +71,7 @@ const SituCase kCases[] = {
     {4, 24, GluLayout::kStrided, 10.0f, 0.5f},
 };
 
-TEST(SituAndMulTest, MatchesFloat64Reference) {
+TEST(SituGluTest, MatchesFloat64Reference) {
   int seed = 0;
   for (const SituCase& c : kCases) {
     SCOPED_TRACE(c.name());
@@ -80,27 +80,27 @@ TEST(SituAndMulTest, MatchesFloat64Reference) {
     testing::expect_glu_matches_reference(
         c.T, c.I, c.layout, /*stddev=*/20.0f, rng, kOutputTolerance,
         [&](const TensorView& x, const TensorView& y) {
-          return situ_and_mul({.x = x, .beta = c.beta, .linear_beta = c.linear_beta, .y = y});
+          return situ_glu({.x = x, .beta = c.beta, .linear_beta = c.linear_beta, .y = y});
         },
         [&](const std::vector<double>& x) {
-          return situ_and_mul_reference(x, c.T, c.I, c.beta, c.linear_beta);
+          return situ_glu_reference(x, c.T, c.I, c.beta, c.linear_beta);
         });
   }
 }
 
-TEST(SituAndMulTest, BoundsAndSaturatesWithoutNaN) {
+TEST(SituGluTest, BoundsAndSaturatesWithoutNaN) {
   // Huge gates and ups: y -> beta * linear_beta * sign(u) (g >> 0) or -0 (g << 0), never NaN or
   // inf. gates [-1e30, 1e30, 100, 0.5], ups [1e30, -1e30, 0.5, 1e-3].
   Tensor x =
       testing::tensor_from({-1e30, 1e30, 100, 0.5, 1e30, -1e30, 0.5, 1e-3}, {1, 8}, DType::kF32);
   Tensor y = testing::poisoned({1, 4}, DType::kF32);
-  ASSERT_OK(situ_and_mul({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y}));
-  EXPECT_CLOSE(y, situ_and_mul_reference(testing::to_f64(x), 1, 4, 4.0, 25.0),
+  ASSERT_OK(situ_glu({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y}));
+  EXPECT_CLOSE(y, situ_glu_reference(testing::to_f64(x), 1, 4, 4.0, 25.0),
                {.atol = 1e-30, .rtol = 1e-6, .why = "saturated tanh and sigmoid are exact"});
   EXPECT_EQ(testing::to_f64(y)[1], -100.0) << "4 tanh(2.5e29) sigmoid(1e30) * 25 tanh(-4e28)";
 }
 
-TEST(SituAndMulTest, Bf16OutputMatchesFloat64Reference) {
+TEST(SituGluTest, Bf16OutputMatchesFloat64Reference) {
   struct Bf16Case {
     int64_t T, I;
     GluLayout layout;
@@ -116,16 +116,14 @@ TEST(SituAndMulTest, Bf16OutputMatchesFloat64Reference) {
     testing::expect_glu_matches_reference(
         c.T, c.I, c.layout, /*stddev=*/20.0f, rng, kBf16OutputTolerance,
         [&](const TensorView& x, const TensorView& y) {
-          return situ_and_mul({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y});
+          return situ_glu({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y});
         },
-        [&](const std::vector<double>& x) {
-          return situ_and_mul_reference(x, c.T, c.I, 4.0f, 25.0f);
-        },
+        [&](const std::vector<double>& x) { return situ_glu_reference(x, c.T, c.I, 4.0f, 25.0f); },
         DType::kBF16);
   }
 }
 
-TEST(SituAndMulTest, RejectsBadArguments) {
+TEST(SituGluTest, RejectsBadArguments) {
   std::mt19937 rng(5);
   const int64_t T = 3, I = 4;
   Tensor x = testing::random_normal({T, 2 * I}, DType::kF32, rng);
@@ -137,37 +135,37 @@ TEST(SituAndMulTest, RejectsBadArguments) {
   // x's memory as a bf16 y with x's row stride (in elements)
   const int64_t y_shape[] = {T, I}, x_row_stride[] = {2 * I, 1};
   const TensorView y_alias_bf16(x.view().raw(), DType::kBF16, 2, y_shape, x_row_stride);
-  const SituAndMulParams good = {.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y};
+  const SituGluParams good = {.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y};
 
   struct ErrorCase {
     const char* name;
-    std::function<void(SituAndMulParams&)> change;
+    std::function<void(SituGluParams&)> change;
     const char* error;
   };
   const ErrorCase cases[] = {
-      {"x_odd", [&](SituAndMulParams& p) { p.x = x_odd; },
-       "situ_and_mul: x has shape [3, 9], expected an even last dim (2I: gate then up)"},
-      {"y_shape", [&](SituAndMulParams& p) { p.y = y_wide; },
-       "situ_and_mul: y has shape [3, 8], expected [3, 4] (T, I)"},
-      {"x_dtype", [&](SituAndMulParams& p) { p.x = x_bf16; },
-       "situ_and_mul: x has dtype bf16, expected f32"},
-      {"alias_other_stride", [&](SituAndMulParams& p) { p.y = y_alias_packed; },
-       "situ_and_mul: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
-      {"alias_other_dtype", [&](SituAndMulParams& p) { p.y = y_alias_bf16; },
-       "situ_and_mul: y aliases x with dtype bf16, x has f32; in place needs x's dtype"},
-      {"beta_zero", [&](SituAndMulParams& p) { p.beta = 0.0f; },
-       "situ_and_mul: beta is 0, expected a finite value > 0"},
-      {"linear_beta_nan", [&](SituAndMulParams& p) { p.linear_beta = NAN; },
-       "situ_and_mul: linear_beta is nan, expected a finite value > 0"},
-      {"missing_y", [&](SituAndMulParams& p) { p.y = {}; }, "situ_and_mul: y is missing"},
+      {"x_odd", [&](SituGluParams& p) { p.x = x_odd; },
+       "situ_glu: x has shape [3, 9], expected an even last dim (2I: gate then up)"},
+      {"y_shape", [&](SituGluParams& p) { p.y = y_wide; },
+       "situ_glu: y has shape [3, 8], expected [3, 4] (T, I)"},
+      {"x_dtype", [&](SituGluParams& p) { p.x = x_bf16; },
+       "situ_glu: x has dtype bf16, expected f32"},
+      {"alias_other_stride", [&](SituGluParams& p) { p.y = y_alias_packed; },
+       "situ_glu: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
+      {"alias_other_dtype", [&](SituGluParams& p) { p.y = y_alias_bf16; },
+       "situ_glu: y aliases x with dtype bf16, x has f32; in place needs x's dtype"},
+      {"beta_zero", [&](SituGluParams& p) { p.beta = 0.0f; },
+       "situ_glu: beta is 0, expected a finite value > 0"},
+      {"linear_beta_nan", [&](SituGluParams& p) { p.linear_beta = NAN; },
+       "situ_glu: linear_beta is nan, expected a finite value > 0"},
+      {"missing_y", [&](SituGluParams& p) { p.y = {}; }, "situ_glu: y is missing"},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.name);
-    SituAndMulParams p = good;
+    SituGluParams p = good;
     c.change(p);
-    EXPECT_ERROR_CONTAINS(situ_and_mul(p), c.error);
+    EXPECT_ERROR_CONTAINS(situ_glu(p), c.error);
   }
-  EXPECT_OK(situ_and_mul(good));
+  EXPECT_OK(situ_glu(good));
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
-// SwiGLU (silu_and_mul) against a float64 reference: odd I, T = 0, 1 and larger, strided and
-// misaligned x, y as a column slice of a wider buffer, in place over x's gate half; argument
-// errors.
+// SwiGLU against a float64 reference: odd I, T = 0, 1 and larger, strided and misaligned x, y as a
+// column slice of a wider buffer, in place over x's gate half; argument errors.
 #include "kernels/swiglu.h"
 
 #include <cmath>
@@ -19,7 +18,7 @@ using testing::GluLayout;
 using testing::Tolerance;
 
 /// y[t, i] = silu(x[t, i]) * x[t, I + i] in float64; x is [T, 2I] row-major.
-std::vector<double> silu_and_mul_reference(const std::vector<double>& x, int64_t T, int64_t I) {
+std::vector<double> swiglu_reference(const std::vector<double>& x, int64_t T, int64_t I) {
   std::vector<double> y(size_t(T * I));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < I; ++i) {
@@ -54,28 +53,28 @@ const SwigluCase kCases[] = {
     {1, 33, GluLayout::kInPlace},     {300, 96, GluLayout::kStrided},
 };
 
-TEST(SiluAndMulTest, MatchesFloat64Reference) {
+TEST(SwigluTest, MatchesFloat64Reference) {
   int seed = 0;
   for (const SwigluCase& c : kCases) {
     SCOPED_TRACE(c.name());
     std::mt19937 rng(++seed);
     testing::expect_glu_matches_reference(
         c.T, c.I, c.layout, /*stddev=*/3.0f, rng, kOutputTolerance,
-        [](const TensorView& x, const TensorView& y) { return silu_and_mul({.x = x, .y = y}); },
-        [&](const std::vector<double>& x) { return silu_and_mul_reference(x, c.T, c.I); });
+        [](const TensorView& x, const TensorView& y) { return swiglu({.x = x, .y = y}); },
+        [&](const std::vector<double>& x) { return swiglu_reference(x, c.T, c.I); });
   }
 }
 
-TEST(SiluAndMulTest, SaturatesWithoutNaN) {
+TEST(SwigluTest, SaturatesWithoutNaN) {
   // silu(-1e30) * up = -0 * up and silu(1e30) * up = 1e30 * up: no inf / inf or 0 * inf
   Tensor x = testing::tensor_from({-1e30, -100, 100, 1e3, 2, 3, 0.5, 1e-3}, {1, 8}, DType::kF32);
   Tensor y = testing::poisoned({1, 4}, DType::kF32);
-  ASSERT_OK(silu_and_mul({.x = x, .y = y}));
-  EXPECT_CLOSE(y, silu_and_mul_reference(testing::to_f64(x), 1, 4),
+  ASSERT_OK(swiglu({.x = x, .y = y}));
+  EXPECT_CLOSE(y, swiglu_reference(testing::to_f64(x), 1, 4),
                {.atol = 1e-30, .rtol = 1e-6, .why = "saturated silu is exactly 0 or x"});
 }
 
-TEST(SiluAndMulTest, Bf16OutputMatchesFloat64Reference) {
+TEST(SwigluTest, Bf16OutputMatchesFloat64Reference) {
   struct Bf16Case {
     int64_t T, I;
     GluLayout layout;
@@ -90,13 +89,12 @@ TEST(SiluAndMulTest, Bf16OutputMatchesFloat64Reference) {
     std::mt19937 rng(++seed);
     testing::expect_glu_matches_reference(
         c.T, c.I, c.layout, /*stddev=*/3.0f, rng, kBf16OutputTolerance,
-        [&](const TensorView& x, const TensorView& y) { return silu_and_mul({.x = x, .y = y}); },
-        [&](const std::vector<double>& x) { return silu_and_mul_reference(x, c.T, c.I); },
-        DType::kBF16);
+        [&](const TensorView& x, const TensorView& y) { return swiglu({.x = x, .y = y}); },
+        [&](const std::vector<double>& x) { return swiglu_reference(x, c.T, c.I); }, DType::kBF16);
   }
 }
 
-TEST(SiluAndMulTest, RejectsBadArguments) {
+TEST(SwigluTest, RejectsBadArguments) {
   std::mt19937 rng(5);
   const int64_t T = 3, I = 4;
   Tensor x = testing::random_normal({T, 2 * I}, DType::kF32, rng);
@@ -111,37 +109,36 @@ TEST(SiluAndMulTest, RejectsBadArguments) {
   // x's memory as a bf16 y with x's row stride (in elements)
   const int64_t y_shape[] = {T, I}, x_row_stride[] = {2 * I, 1};
   const TensorView y_alias_bf16(x.view().raw(), DType::kBF16, 2, y_shape, x_row_stride);
-  const SiluAndMulParams good = {.x = x, .y = y};
+  const SwigluParams good = {.x = x, .y = y};
 
   struct ErrorCase {
     const char* name;
-    std::function<void(SiluAndMulParams&)> change;
+    std::function<void(SwigluParams&)> change;
     const char* error;
   };
   const ErrorCase cases[] = {
-      {"x_rank", [&](SiluAndMulParams& p) { p.x = x_3d; },
-       "silu_and_mul: x has shape [3, 1, 8], expected [*, *] (T, 2I)"},
-      {"x_odd", [&](SiluAndMulParams& p) { p.x = x_odd; },
-       "silu_and_mul: x has shape [3, 9], expected an even last dim (2I: gate then up)"},
-      {"y_shape", [&](SiluAndMulParams& p) { p.y = y_wide; },
-       "silu_and_mul: y has shape [3, 8], expected [3, 4] (T, I)"},
-      {"x_dtype", [&](SiluAndMulParams& p) { p.x = x_bf16; },
-       "silu_and_mul: x has dtype bf16, expected f32"},
-      {"y_device", [&](SiluAndMulParams& p) { p.y = y_on_cuda; },
-       "silu_and_mul: y is on cuda:0, expected cpu"},
-      {"alias_other_stride", [&](SiluAndMulParams& p) { p.y = y_alias_packed; },
-       "silu_and_mul: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
-      {"alias_other_dtype", [&](SiluAndMulParams& p) { p.y = y_alias_bf16; },
-       "silu_and_mul: y aliases x with dtype bf16, x has f32; in place needs x's dtype"},
-      {"missing_y", [&](SiluAndMulParams& p) { p.y = {}; }, "silu_and_mul: y is missing"},
+      {"x_rank", [&](SwigluParams& p) { p.x = x_3d; },
+       "swiglu: x has shape [3, 1, 8], expected [*, *] (T, 2I)"},
+      {"x_odd", [&](SwigluParams& p) { p.x = x_odd; },
+       "swiglu: x has shape [3, 9], expected an even last dim (2I: gate then up)"},
+      {"y_shape", [&](SwigluParams& p) { p.y = y_wide; },
+       "swiglu: y has shape [3, 8], expected [3, 4] (T, I)"},
+      {"x_dtype", [&](SwigluParams& p) { p.x = x_bf16; }, "swiglu: x has dtype bf16, expected f32"},
+      {"y_device", [&](SwigluParams& p) { p.y = y_on_cuda; },
+       "swiglu: y is on cuda:0, expected cpu"},
+      {"alias_other_stride", [&](SwigluParams& p) { p.y = y_alias_packed; },
+       "swiglu: y aliases x with row stride 4, x has 8; in place needs the same row stride"},
+      {"alias_other_dtype", [&](SwigluParams& p) { p.y = y_alias_bf16; },
+       "swiglu: y aliases x with dtype bf16, x has f32; in place needs x's dtype"},
+      {"missing_y", [&](SwigluParams& p) { p.y = {}; }, "swiglu: y is missing"},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.name);
-    SiluAndMulParams p = good;
+    SwigluParams p = good;
     c.change(p);
-    EXPECT_ERROR_CONTAINS(silu_and_mul(p), c.error);
+    EXPECT_ERROR_CONTAINS(swiglu(p), c.error);
   }
-  EXPECT_OK(silu_and_mul(good));
+  EXPECT_OK(swiglu(good));
 }
 
 }  // namespace

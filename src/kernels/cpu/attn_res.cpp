@@ -10,7 +10,7 @@
 
 namespace hyla::kernels::cpu {
 
-void attn_res_mix(const AttnResMixParams& p) {
+void attn_res(const AttnResParams& p) {
   const int64_t T = p.partial.size(0), d = p.partial.size(1);
   const int64_t n = p.blocks.defined() ? p.blocks.size(1) : 0;
   std::vector<float> cw(static_cast<size_t>(d));

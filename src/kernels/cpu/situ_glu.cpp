@@ -5,7 +5,7 @@
 
 namespace hyla::kernels::cpu {
 
-void situ_and_mul(const SituAndMulParams& p) {
+void situ_glu(const SituGluParams& p) {
   const int64_t T = p.x.size(0), I = p.y.size(1);
   const float* x = static_cast<const float*>(p.x.raw());
   const float beta = p.beta, linear_beta = p.linear_beta;
@@ -18,7 +18,7 @@ void situ_and_mul(const SituAndMulParams& p) {
         TY* y_row = y + t * p.y.stride(0);
         // y[i] is written after gate[i] and up[i] are read, so y may be the gate half of x
         for (int64_t i = 0; i < I; ++i)
-          store_f32(y_row + i, situ_and_mul_value(gate[i], up[i], beta, linear_beta));
+          store_f32(y_row + i, situ_glu_value(gate[i], up[i], beta, linear_beta));
       }
     });
   });

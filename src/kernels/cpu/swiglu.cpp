@@ -6,7 +6,7 @@
 
 namespace hyla::kernels::cpu {
 
-void silu_and_mul(const SiluAndMulParams& p) {
+void swiglu(const SwigluParams& p) {
   const int64_t T = p.x.size(0), I = p.y.size(1);
   const float* x = static_cast<const float*>(p.x.raw());
   dispatch_float(p.y.dtype(), [&]<typename TY>(TY) {

@@ -28,7 +28,7 @@ struct AttnResArgs {
 };
 
 template <typename TW>
-__global__ void attn_res_mix_kernel(const __grid_constant__ AttnResArgs a) {
+__global__ void attn_res_kernel(const __grid_constant__ AttnResArgs a) {
   __shared__ float scratch[32];
   extern __shared__ float weight[];  // [n + 1]: scores, then the mixture weights
   const int64_t t = blockIdx.x;
@@ -74,10 +74,10 @@ __global__ void attn_res_mix_kernel(const __grid_constant__ AttnResArgs a) {
 
 }  // namespace
 
-Status attn_res_mix(const AttnResMixParams& p, Stream stream) {
+Status attn_res(const AttnResParams& p, Stream stream) {
   const int64_t n = p.blocks.defined() ? p.blocks.size(1) : 0;
   if (n + 1 > kMaxCandidates)
-    return unsupported("attn_res_mix: ", n, " block snapshots on CUDA, supported up to ",
+    return unsupported("attn_res: ", n, " block snapshots on CUDA, supported up to ",
                        kMaxCandidates - 1);
   const bool with_probs = p.probs.defined();
   const AttnResArgs args{
@@ -98,14 +98,13 @@ Status attn_res_mix(const AttnResMixParams& p, Stream stream) {
   };
   const int64_t T = p.partial.size(0);
   if (T == 0) return ok_status();
-  HYLA_RETURN_IF_ERROR(check_grid_rows("attn_res_mix", T));
+  HYLA_RETURN_IF_ERROR(check_grid_rows("attn_res", T));
   const size_t smem = size_t(n + 1) * sizeof(float);
   const bool dispatched = dispatch_float(p.cw.dtype(), [&]<typename TW>(TW) {
-    attn_res_mix_kernel<TW>
-        <<<unsigned(T), row_block_threads(args.d), smem, to_cuda(stream)>>>(args);
+    attn_res_kernel<TW><<<unsigned(T), row_block_threads(args.d), smem, to_cuda(stream)>>>(args);
     HYLA_CUDA_CHECK_LAUNCH();
   });
-  HYLA_CHECK(dispatched, "attn_res_mix: unexpected dtype ", dtype_name(p.cw.dtype()));
+  HYLA_CHECK(dispatched, "attn_res: unexpected dtype ", dtype_name(p.cw.dtype()));
   return ok_status();
 }
 

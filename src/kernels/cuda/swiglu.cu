@@ -11,14 +11,14 @@ namespace hyla::kernels::cuda {
 
 namespace {
 
-struct SiluAndMulArgs {
+struct SwigluArgs {
   const float* x;  // [T, 2I] f32, row stride stride_x
   void* y;         // [T, I] TY, row stride stride_y
   int64_t stride_x, stride_y, I;
 };
 
 template <typename TY>
-__global__ void silu_and_mul_kernel(const __grid_constant__ SiluAndMulArgs a) {
+__global__ void swiglu_kernel(const __grid_constant__ SwigluArgs a) {
   const int64_t t = blockIdx.x;
   const float* gate = a.x + t * a.stride_x;
   const float* up = gate + a.I;
@@ -31,20 +31,20 @@ __global__ void silu_and_mul_kernel(const __grid_constant__ SiluAndMulArgs a) {
 
 }  // namespace
 
-Status silu_and_mul(const SiluAndMulParams& p, Stream stream) {
-  const SiluAndMulArgs args{.x = static_cast<const float*>(p.x.raw()),
-                            .y = p.y.raw(),
-                            .stride_x = p.x.stride(0),
-                            .stride_y = p.y.stride(0),
-                            .I = p.y.size(1)};
+Status swiglu(const SwigluParams& p, Stream stream) {
+  const SwigluArgs args{.x = static_cast<const float*>(p.x.raw()),
+                        .y = p.y.raw(),
+                        .stride_x = p.x.stride(0),
+                        .stride_y = p.y.stride(0),
+                        .I = p.y.size(1)};
   const int64_t T = p.x.size(0);
   if (T == 0 || args.I == 0) return ok_status();
-  HYLA_RETURN_IF_ERROR(check_grid_rows("silu_and_mul", T));
+  HYLA_RETURN_IF_ERROR(check_grid_rows("swiglu", T));
   const bool dispatched = dispatch_float(p.y.dtype(), [&]<typename TY>(TY) {
-    silu_and_mul_kernel<TY><<<unsigned(T), row_block_threads(args.I), 0, to_cuda(stream)>>>(args);
+    swiglu_kernel<TY><<<unsigned(T), row_block_threads(args.I), 0, to_cuda(stream)>>>(args);
     HYLA_CUDA_CHECK_LAUNCH();
   });
-  HYLA_CHECK(dispatched, "silu_and_mul: unexpected dtype ", dtype_name(p.y.dtype()));
+  HYLA_CHECK(dispatched, "swiglu: unexpected dtype ", dtype_name(p.y.dtype()));
   return ok_status();
 }
 

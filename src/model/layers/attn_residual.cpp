@@ -32,13 +32,13 @@ Status AttnResidualBank::mix(const Tensor& partial, const Tensor& cw, float eps,
                              Tensor* probs) const {
   Tensor p;
   if (probs) p = Tensor::empty({partial.size(0), count_ + 1}, DType::kF32, partial.device());
-  HYLA_RETURN_IF_ERROR(kernels::attn_res_mix(
-      {.blocks = count_ > 0 ? bank_.view().narrow(1, 0, count_) : TensorView(),
-       .partial = partial,
-       .cw = cw,
-       .eps = eps,
-       .y = y,
-       .probs = p}));
+  HYLA_RETURN_IF_ERROR(
+      kernels::attn_res({.blocks = count_ > 0 ? bank_.view().narrow(1, 0, count_) : TensorView(),
+                         .partial = partial,
+                         .cw = cw,
+                         .eps = eps,
+                         .y = y,
+                         .probs = p}));
   if (probs) *probs = p;
   return ok_status();
 }

@@ -21,9 +21,9 @@ Status dense_mlp_forward(const DenseMlpWeights& w, const GluActivation& act, con
   Tensor h = Tensor::empty({T, I}, DType::kF32, x.device());
   HYLA_RETURN_IF_ERROR(
       act.kind == GluKind::kSitu
-          ? kernels::situ_and_mul(
+          ? kernels::situ_glu(
                 {.x = gate_up, .beta = act.beta, .linear_beta = act.linear_beta, .y = h})
-          : kernels::silu_and_mul({.x = gate_up, .y = h}));
+          : kernels::swiglu({.x = gate_up, .y = h}));
   return kernels::linear({.x = h, .weight = w.down, .bias = {}, .y = out});
 }
 
@@ -96,9 +96,9 @@ Status moe_forward(const MoeWeights& w, const ModelConfig& model_config, const T
   Tensor h = Tensor::empty({N, I}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(
       act.kind == GluKind::kSitu
-          ? kernels::situ_and_mul(
+          ? kernels::situ_glu(
                 {.x = gate_up, .beta = act.beta, .linear_beta = act.linear_beta, .y = h})
-          : kernels::silu_and_mul({.x = gate_up, .y = h}));
+          : kernels::swiglu({.x = gate_up, .y = h}));
   Tensor expert_y = Tensor::empty({N, width}, DType::kF32, device);
   HYLA_RETURN_IF_ERROR(kernels::moe_grouped_linear({.x = h,
                                                     .weight = w.experts_down,
