@@ -84,18 +84,18 @@ TEST(AttnResCudaTest, MatchesCpu) {
       blocks_host = bank.host.narrow(1, 0, c.n);
       blocks_device = bank.device.narrow(1, 0, c.n);
     }
-    ASSERT_OK(attn_res_mix({.blocks = blocks_host,
-                            .partial = partial.host,
-                            .cw = cw_host,
-                            .eps = 1e-5f,
-                            .y = y.host,
-                            .probs = probs.host}));
-    ASSERT_OK(attn_res_mix({.blocks = blocks_device,
-                            .partial = partial.device,
-                            .cw = cw_device,
-                            .eps = 1e-5f,
-                            .y = y.device,
-                            .probs = probs.device}));
+    ASSERT_OK(attn_res({.blocks = blocks_host,
+                        .partial = partial.host,
+                        .cw = cw_host,
+                        .eps = 1e-5f,
+                        .y = y.host,
+                        .probs = probs.host}));
+    ASSERT_OK(attn_res({.blocks = blocks_device,
+                        .partial = partial.device,
+                        .cw = cw_device,
+                        .eps = 1e-5f,
+                        .y = y.device,
+                        .probs = probs.device}));
     testing::expect_twin_close(y, c.n == 0 ? kExact : kMixture);
     if (c.probs) testing::expect_twin_close(probs, c.n == 0 ? kExact : kProbs);
     if (c.n == 0 && c.T > 0) {
