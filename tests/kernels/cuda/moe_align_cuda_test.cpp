@@ -2,6 +2,8 @@
 // exactly (it fixes the combine's summation order); so must the gathered rows (a copy). Sizes
 // not multiples of 32, empty experts, repeated ids, strided views, more slots than one warp's
 // pass, and out-of-range ids on the device (placed nowhere, position -1, no out-of-bounds write).
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <algorithm>
 #include <random>
 #include <string>

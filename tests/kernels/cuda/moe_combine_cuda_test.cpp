@@ -2,6 +2,8 @@
 // order, so they differ only by fused multiply-adds and the device's expf in the sigmoid gate.
 // Routed only, with a plain or gated shared expert, shared only, accumulate, strided views,
 // skipped positions (-1, >= N), widths not multiples of the block, K up to 16.
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <algorithm>
 #include <random>
 #include <string>

@@ -4,6 +4,8 @@
 // rows per expert), a skewed expert spanning many tiles, empty experts, rows outside every
 // expert's block (left untouched), more experts than the table kernel's threads, K not a multiple
 // of the 64-wide step, Nout not a multiple of the 64-column block, strided and misaligned x / y.
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <cmath>
 #include <random>
 #include <string>

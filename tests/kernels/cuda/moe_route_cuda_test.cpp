@@ -3,6 +3,8 @@
 // from a narrow range, so many experts (and groups) tie exactly: the ids must agree exactly,
 // tie-breaking included; distinct values are far apart next to the ulp-level differences of
 // expf and of the softmax sum order, which only the weights' tolerance covers.
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <cmath>
 #include <random>
 #include <string>

@@ -4,7 +4,6 @@
 // shape the CUDA kernel does not take (golden d_k = 32) is an error naming it.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
