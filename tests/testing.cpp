@@ -64,6 +64,11 @@ Tensor poisoned(std::initializer_list<int64_t> shape, DType dtype) {
   return t;
 }
 
+bool still_poisoned(const TensorView& t) {
+  const auto* bytes = static_cast<const uint8_t*>(t.raw());
+  return std::all_of(bytes, bytes + t.span_bytes(), [](uint8_t x) { return x == 0xff; });
+}
+
 Tensor int32_tensor(const std::vector<int32_t>& values) {
   Tensor t = Tensor::empty({int64_t(values.size())}, DType::kI32);
   for (size_t i = 0; i < values.size(); ++i) t.data<int32_t>()[i] = values[i];

@@ -29,6 +29,8 @@ Tensor random_normal(std::initializer_list<int64_t> shape, DType dtype, std::mt1
                      float mean = 0.0f, float stddev = 1.0f);
 /// A host tensor filled with NaN bit patterns (0xff bytes), so unwritten outputs fail comparisons.
 Tensor poisoned(std::initializer_list<int64_t> shape, DType dtype);
+/// True when every byte of `t` (a host view) is 0xff: an output nothing wrote.
+bool still_poisoned(const TensorView& t);
 /// A host int32 tensor holding `values`.
 Tensor int32_tensor(const std::vector<int32_t>& values);
 /// Host tensor of `dtype` with the given values (row-major), rounded.

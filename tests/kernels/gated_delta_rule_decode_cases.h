@@ -4,7 +4,6 @@
 // norm), its random host tensors, deep copies to a device, and the params that view them.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -234,12 +233,6 @@ inline void fuse_projection(DecodeTensors& t, int64_t gap = 1) {
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(dst + (r * total + offset) * elem, src + r * n * elem, size_t(n * elem));
   }
-}
-
-/// True when every byte of `t` (a host view) is 0xff: an output nothing wrote.
-inline bool still_poisoned(const TensorView& t) {
-  const auto* bytes = static_cast<const uint8_t*>(t.raw());
-  return std::all_of(bytes, bytes + t.span_bytes(), [](uint8_t x) { return x == 0xff; });
 }
 
 }  // namespace hyla::testing

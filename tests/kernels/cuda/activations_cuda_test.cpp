@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_testing.h"
 #include "kernels/activations.h"
-#include "kernels/cuda/twin_views.h"
 
 namespace hyla::kernels {
 namespace {
@@ -18,20 +18,7 @@ using testing::TwinView;
 
 constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16, kF16 = DType::kF16;
 
-/// After one fp32 result that differs by a few ulp, each side rounds to y's dtype: values a few
-/// ulp apart can round to neighbouring values, one ulp of the narrow type apart (bf16 2^-7,
-/// f16 2^-10 relative; f16's subnormal spacing 2^-24 near zero).
-Tolerance rounded(DType y_dtype, Tolerance f32) {
-  if (y_dtype == kBF16)
-    return {.atol = f32.atol,
-            .rtol = 1.0 / 128 + f32.rtol,
-            .why = "one bf16 rounding each side: <= 1 bf16 ulp"};
-  if (y_dtype == kF16)
-    return {.atol = 6e-8 + f32.atol,
-            .rtol = 1.0 / 1024 + f32.rtol,
-            .why = "one f16 rounding each side: <= 1 f16 ulp (2^-24 when subnormal)"};
-  return f32;
-}
+// Tolerances of the fp32 results; a bf16 / f16 y adds one ulp of its type (testing::rounded_to).
 
 /// l2norm: the sum of n squares in two fp32 orders (<= 2.4e-6 relative apart at 2048 in a CPU
 /// simulation of both), halved by the rsqrt.
@@ -75,8 +62,8 @@ const Case kCases[] = {
 /// with standard deviation `stddev`, and compares y.
 template <typename Body>
 void expect_matches_cpu(float stddev, Tolerance f32_tolerance, Body body) {
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name());
@@ -84,7 +71,7 @@ void expect_matches_cpu(float stddev, Tolerance f32_tolerance, Body body) {
     TwinView y = c.in_place ? x : testing::twin_poisoned(c.shape, c.y_dtype, c.pad, c.offset);
     ASSERT_OK(body(x.host, y.host));
     ASSERT_OK(body(x.device, y.device));
-    testing::expect_twin_close(y, rounded(y.host.dtype(), f32_tolerance));
+    testing::expect_twin_close(y, testing::rounded_to(y.host.dtype(), f32_tolerance));
   }
 }
 

@@ -2,13 +2,11 @@
 // ties, NaN, +-inf, all -inf, at widths around the block size and the real vocabulary, with a
 // row stride. Ids and counts are integers: they must be equal. Fresh random inputs (seed in the
 // trace; HYLA_TEST_SEED=<n> replays one). Skipped when no CUDA device is visible.
-#include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <random>
 
+#include "cuda_testing.h"
 #include "kernels/argmax.h"
-#include "kernels/cuda/cuda_testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -16,17 +14,12 @@ namespace {
 using testing::on_gpu;
 using testing::on_host;
 using testing::poisoned_gpu;
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
+using testing::same_values;
 
 TEST(ArgmaxCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat("seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (const auto& [B, V, pad] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 0},
@@ -78,15 +71,11 @@ TEST(ArgmaxCudaTest, MatchesCpu) {
                       .non_finite = g_bad,
                       .first_bad = g_first,
                       .first_bad_value = g_value}));
-    const Tensor h_ids = on_host(g_ids), h_bad = on_host(g_bad), h_first = on_host(g_first),
-                 h_value = on_host(g_value);
-    for (int64_t b = 0; b < B; ++b) {
-      EXPECT_EQ(h_ids.host<int32_t>()[b], ids.host<int32_t>()[b]) << "row " << b;
-      EXPECT_EQ(h_bad.host<int32_t>()[b], bad.host<int32_t>()[b]) << "row " << b;
-      EXPECT_EQ(h_first.host<int32_t>()[b], first.host<int32_t>()[b]) << "row " << b;
-      const float want = value.host<float>()[b], got = h_value.host<float>()[b];
-      EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << "row " << b;
-    }
+    // equal element by element; a NaN first_bad_value matches the GPU's own NaN bits
+    EXPECT_TRUE(same_values(on_host(g_ids), ids));
+    EXPECT_TRUE(same_values(on_host(g_bad), bad));
+    EXPECT_TRUE(same_values(on_host(g_first), first));
+    EXPECT_TRUE(same_values(on_host(g_value), value));
   }
 }
 

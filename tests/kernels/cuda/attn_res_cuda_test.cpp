@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_testing.h"
 #include "kernels/attn_res.h"
-#include "kernels/cuda/twin_views.h"
 
 namespace hyla::kernels {
 namespace {
@@ -55,19 +55,19 @@ const Case kCases[] = {
 
 TEST(AttnResCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name());
     const int64_t pad = c.strided ? 3 : 0, offset = c.strided ? 1 : 0;
     // the bank holds n + 2 snapshots (the mixture reads its first n), values scaled by 0.5-2.5
-    TwinView bank = testing::twin_random({c.T, c.n + 2, c.d}, kF32, rng, 0.0f, 1.0f, pad, offset);
+    const std::vector<int64_t> bank_shape = {c.T, c.n + 2, c.d};
+    Tensor bank_values = testing::random_normal({testing::padded_numel(bank_shape, pad, offset)},
+                                                kF32, rng, 0.0f, 1.0f);
     std::uniform_real_distribution<float> scale(0.5f, 2.5f);
-    float* bank_values = bank.host_storage.data<float>();
-    for (int64_t i = 0; i < bank.host_storage.numel(); ++i) bank_values[i] *= scale(rng);
-    bank.device_storage = testing::on_gpu(bank.host_storage);
-    bank.device = testing::padded_view(bank.device_storage, bank.shape, pad, offset);
+    for (int64_t i = 0; i < bank_values.numel(); ++i) bank_values.data<float>()[i] *= scale(rng);
+    const TwinView bank = testing::twin(bank_values, bank_shape, pad, offset);
     TwinView partial = testing::twin_random({c.T, c.d}, kF32, rng, 0.0f, 1.5f, pad, offset);
     // cw: every other element of a [2d] buffer when strided
     TwinView cw_storage = testing::twin_random({c.strided ? 2 * c.d : c.d}, c.cw_dtype, rng, 0.0f,
@@ -84,18 +84,18 @@ TEST(AttnResCudaTest, MatchesCpu) {
       blocks_host = bank.host.narrow(1, 0, c.n);
       blocks_device = bank.device.narrow(1, 0, c.n);
     }
-    ASSERT_OK(attn_res_mix({.blocks = blocks_host,
-                            .partial = partial.host,
-                            .cw = cw_host,
-                            .eps = 1e-5f,
-                            .y = y.host,
-                            .probs = probs.host}));
-    ASSERT_OK(attn_res_mix({.blocks = blocks_device,
-                            .partial = partial.device,
-                            .cw = cw_device,
-                            .eps = 1e-5f,
-                            .y = y.device,
-                            .probs = probs.device}));
+    ASSERT_OK(attn_res({.blocks = blocks_host,
+                        .partial = partial.host,
+                        .cw = cw_host,
+                        .eps = 1e-5f,
+                        .y = y.host,
+                        .probs = probs.host}));
+    ASSERT_OK(attn_res({.blocks = blocks_device,
+                        .partial = partial.device,
+                        .cw = cw_device,
+                        .eps = 1e-5f,
+                        .y = y.device,
+                        .probs = probs.device}));
     testing::expect_twin_close(y, c.n == 0 ? kExact : kMixture);
     if (c.probs) testing::expect_twin_close(probs, c.n == 0 ? kExact : kProbs);
     if (c.n == 0 && c.T > 0) {

@@ -8,7 +8,6 @@
 // must padding rows) and every pool element, written or not (exact: the pool receives copies).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,16 +15,14 @@
 
 #include "cuda_testing.h"
 #include "kernels/causal_conv1d.h"
-#include "kernels/strided_views.h"
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
 
 using testing::on_gpu;
 using testing::on_host;
-using testing::padded_view;
 using testing::Tolerance;
+using testing::TwinView;
 
 constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
 
@@ -43,12 +40,6 @@ Tolerance output_tolerance(DType y_dtype, bool silu) {
   return {.atol = silu ? 1e-7 : 0.0,
           .rtol = silu ? 1e-6 : 0.0,
           .why = "identical fmaf chain; SiLU's expf differs by a few ulp (~2^-22 relative)"};
-}
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
 }
 
 struct ConvCase {
@@ -82,26 +73,10 @@ const ConvCase kCases[] = {
     {{3, 1, 130}, 32, 1, kF32, kF32, kF32, kF32, true, true, false, false, 0, false},
 };
 
-/// Host and device copies of one tensor (device storage, a view over it, the host counterpart).
-struct Pair {
-  Tensor host_storage, gpu_storage;
-  TensorView host, gpu;
-};
-Pair make_pair(Tensor host_storage, const std::vector<int64_t>& shape, int64_t pad) {
-  Pair p;
-  p.gpu_storage = on_gpu(host_storage);
-  p.host_storage = std::move(host_storage);
-  p.host = padded_view(p.host_storage, shape, pad, 0);
-  p.gpu = padded_view(p.gpu_storage, shape, pad, 0);
-  return p;
-}
-int64_t numel(const std::vector<int64_t>& shape, int64_t pad) {
-  return testing::padded_numel(shape, pad, 0);
-}
-
 TEST(CausalConv1dCudaTest, PrefillMatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed0 = base_seed();
+  const uint32_t seed0 = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed0));
   uint32_t n = 0;
   for (const ConvCase& c : kCases) {
     const uint32_t seed = seed0 + n++;
@@ -126,22 +101,19 @@ TEST(CausalConv1dCudaTest, PrefillMatchesCpu) {
     const int64_t slots = 2 * B + 1;
 
     const std::vector<int64_t> x_shape = {T, D}, pool_shape = {slots, D, K - 1};
-    Pair x = make_pair(testing::random_uniform({numel(x_shape, c.pad)}, c.x, rng), x_shape, c.pad);
-    Pair y = make_pair(testing::poisoned({numel(x_shape, c.pad)}, c.y), x_shape, c.pad);
-    Pair weight = make_pair(testing::random_normal({D * K}, c.weight, rng, 0.0f, 0.5f), {D, K}, 0);
-    Pair bias = make_pair(testing::random_uniform({D}, c.weight, rng), {D}, 0);
+    const TwinView x = testing::twin_uniform(x_shape, c.x, rng, -1.0f, 1.0f, c.pad);
+    const TwinView y = testing::twin_poisoned(x_shape, c.y, c.pad);
+    const TwinView weight = testing::twin_random({D, K}, c.weight, rng, 0.0f, 0.5f);
+    const TwinView bias = testing::twin_uniform({D}, c.weight, rng);
     // strided pool: each slot's [D, K-1] block followed by 5 unused elements
     const int64_t pool_pad_elems = c.pool_pad ? 5 : 0;
-    const Tensor pool_init = testing::random_uniform(
+    TwinView pool = testing::twin_uniform(
         {std::max<int64_t>(1, slots * (D * (K - 1) + pool_pad_elems))}, c.state, rng);
-    Pair pool;
-    pool.gpu_storage = on_gpu(pool_init);
-    pool.host_storage = pool_init.clone();
     const int64_t pool_stride[] = {D * (K - 1) + pool_pad_elems, K - 1, 1};
     const int64_t pool_dims[] = {slots, D, K - 1};
     pool.host = TensorView(pool.host_storage.view().raw(), c.state, 3, pool_dims, pool_stride);
-    pool.gpu = TensorView(pool.gpu_storage.view().raw(), c.state, 3, pool_dims, pool_stride,
-                          Device::cuda());
+    pool.device = TensorView(pool.device_storage.view().raw(), c.state, 3, pool_dims, pool_stride,
+                             Device::cuda());
     const Tensor cu_host = testing::int32_tensor(cu), initial_host = testing::int32_tensor(initial),
                  final_host = testing::int32_tensor(final);
     const Tensor cu_gpu = on_gpu(cu_host), initial_gpu = on_gpu(initial_host),
@@ -149,25 +121,26 @@ TEST(CausalConv1dCudaTest, PrefillMatchesCpu) {
 
     auto params = [&](bool gpu) {
       CausalConv1dParams p;
-      p.x = gpu ? x.gpu : x.host;
-      p.weight = gpu ? weight.gpu : weight.host;
-      if (c.bias) p.bias = gpu ? bias.gpu : bias.host;
+      p.x = gpu ? x.device : x.host;
+      p.weight = gpu ? weight.device : weight.host;
+      if (c.bias) p.bias = gpu ? bias.device : bias.host;
       p.cu_seqlens = gpu ? cu_gpu : cu_host;
       if (c.pool) {
-        p.conv_state = gpu ? pool.gpu : pool.host;
+        p.conv_state = gpu ? pool.device : pool.host;
         p.final_slots = gpu ? final_gpu : final_host;
         if (c.initial) p.initial_slots = gpu ? initial_gpu : initial_host;
       }
       p.silu = c.silu;
-      p.y = gpu ? y.gpu : y.host;
+      p.y = gpu ? y.device : y.host;
       return p;
     };
     ASSERT_OK(causal_conv1d(params(false)));
     ASSERT_OK(causal_conv1d(params(true)));
 
-    const Tensor y_back = on_host(y.gpu_storage), pool_back = on_host(pool.gpu_storage);
-    EXPECT_CLOSE(padded_view(y_back, x_shape, c.pad, 0), y.host, output_tolerance(c.y, c.silu));
-    EXPECT_TRUE(testing::untouched_outside(y_back, padded_view(y_back, x_shape, c.pad, 0)));
+    const testing::HostResult y_back = testing::device_result(y);
+    const Tensor pool_back = on_host(pool.device_storage);
+    EXPECT_CLOSE(y_back.view, y.host, output_tolerance(c.y, c.silu));
+    EXPECT_TRUE(testing::untouched_outside(y_back.storage, y_back.view));
     // the whole pool storage: written final slots, untouched slots and the padding between slots;
     // exact, as the pool receives copies of inputs or of its own entries, rounded alike
     EXPECT_TRUE(testing::bitwise_equal(pool_back, pool.host_storage));
@@ -176,7 +149,8 @@ TEST(CausalConv1dCudaTest, PrefillMatchesCpu) {
 
 TEST(CausalConv1dCudaTest, UpdateMatchesCpuAndSkipsPadding) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed0 = base_seed();
+  const uint32_t seed0 = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed0));
   struct UpdateCase {
     int64_t B, D;
     int K;
@@ -202,28 +176,28 @@ TEST(CausalConv1dCudaTest, UpdateMatchesCpuAndSkipsPadding) {
     if (B > 1) ids[size_t(rng() % uint32_t(B))] = -1;
 
     const std::vector<int64_t> x_shape = {B, D};
-    Pair x = make_pair(testing::random_uniform({numel(x_shape, c.pad)}, c.x, rng), x_shape, c.pad);
-    Pair y = make_pair(testing::poisoned({numel(x_shape, c.pad)}, c.y), x_shape, c.pad);
-    Pair weight = make_pair(testing::random_normal({D * K}, kF32, rng, 0.0f, 0.5f), {D, K}, 0);
-    Pair bias = make_pair(testing::random_uniform({D}, kBF16, rng), {D}, 0);
-    Pair pool = make_pair(testing::random_uniform({slots * D * (K - 1)}, c.state, rng),
-                          {slots, D, K - 1}, 0);
+    const TwinView x = testing::twin_uniform(x_shape, c.x, rng, -1.0f, 1.0f, c.pad);
+    const TwinView y = testing::twin_poisoned(x_shape, c.y, c.pad);
+    const TwinView weight = testing::twin_random({D, K}, kF32, rng, 0.0f, 0.5f);
+    const TwinView bias = testing::twin_uniform({D}, kBF16, rng);
+    const TwinView pool = testing::twin_uniform({slots, D, K - 1}, c.state, rng);
     const Tensor slots_host = testing::int32_tensor(ids), slots_gpu = on_gpu(slots_host);
     auto params = [&](bool gpu) {
       CausalConv1dUpdateParams p;
-      p.x = gpu ? x.gpu : x.host;
-      p.weight = gpu ? weight.gpu : weight.host;
-      p.bias = gpu ? bias.gpu : bias.host;
-      p.conv_state = gpu ? pool.gpu : pool.host;
+      p.x = gpu ? x.device : x.host;
+      p.weight = gpu ? weight.device : weight.host;
+      p.bias = gpu ? bias.device : bias.host;
+      p.conv_state = gpu ? pool.device : pool.host;
       p.slots = gpu ? slots_gpu : slots_host;
-      p.y = gpu ? y.gpu : y.host;
+      p.y = gpu ? y.device : y.host;
       return p;
     };
     ASSERT_OK(causal_conv1d_update(params(false)));
     ASSERT_OK(causal_conv1d_update(params(true)));
 
-    const Tensor y_back = on_host(y.gpu_storage), pool_back = on_host(pool.gpu_storage);
-    const TensorView y_got = padded_view(y_back, x_shape, c.pad, 0);
+    const testing::HostResult y_back = testing::device_result(y);
+    const Tensor pool_back = on_host(pool.device_storage);
+    const TensorView y_got = y_back.view;
     for (int64_t b = 0; b < B; ++b) {
       SCOPED_TRACE(str_cat("row b = ", b, ", slot ", ids[size_t(b)]));
       const TensorView got = y_got.slice(b, b + 1), want = y.host.slice(b, b + 1);
@@ -233,7 +207,7 @@ TEST(CausalConv1dCudaTest, UpdateMatchesCpuAndSkipsPadding) {
         EXPECT_CLOSE(got, want, output_tolerance(c.y, true));
       }
     }
-    EXPECT_TRUE(testing::untouched_outside(y_back, y_got));
+    EXPECT_TRUE(testing::untouched_outside(y_back.storage, y_got));
     EXPECT_TRUE(testing::bitwise_equal(pool_back, pool.host_storage))
         << "the pool differs: exact copies of inputs and history expected";
   }

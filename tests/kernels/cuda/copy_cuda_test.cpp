@@ -3,13 +3,11 @@
 // one grid covers (the grid-stride loop). Both sides round to nearest even, so results are equal
 // bit for bit. Fresh random inputs (seed in the trace; HYLA_TEST_SEED=<n> replays one). Skipped
 // when no CUDA device is visible.
-#include <cstdlib>
 #include <random>
 #include <vector>
 
+#include "cuda_testing.h"
 #include "kernels/copy.h"
-#include "kernels/cuda/cuda_testing.h"
-#include "kernels/strided_views.h"
 
 namespace hyla::kernels {
 namespace {
@@ -18,12 +16,7 @@ using testing::on_gpu;
 using testing::on_host;
 using testing::padded_numel;
 using testing::padded_view;
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
+using testing::TwinView;
 
 struct CopyCudaCase {
   std::vector<int64_t> shape;
@@ -54,8 +47,8 @@ TensorView x_view(const CopyCudaCase& c, const Tensor& storage) {
 
 TEST(CopyCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat("seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
   const CopyCudaCase cases[] = {
@@ -76,15 +69,12 @@ TEST(CopyCudaTest, MatchesCpu) {
     if (c.transpose_x) std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
     if (c.broadcast_x) stored[0] = 1;
     Tensor x = testing::random_uniform({padded_numel(stored, c.x_pad, 0)}, c.x_dtype, rng);
-    Tensor want = testing::poisoned({padded_numel(c.shape, c.y_pad, c.y_offset)}, c.y_dtype);
-    ASSERT_OK(copy({.x = x_view(c, x), .y = padded_view(want, c.shape, c.y_pad, c.y_offset)}));
-    Tensor x_gpu = on_gpu(x);
-    Tensor got_gpu =
-        on_gpu(testing::poisoned({padded_numel(c.shape, c.y_pad, c.y_offset)}, c.y_dtype));
-    ASSERT_OK(
-        copy({.x = x_view(c, x_gpu), .y = padded_view(got_gpu, c.shape, c.y_pad, c.y_offset)}));
+    const TwinView y = testing::twin_poisoned(c.shape, c.y_dtype, c.y_pad, c.y_offset);
+    const Tensor x_gpu = on_gpu(x);
+    ASSERT_OK(copy({.x = x_view(c, x), .y = y.host}));
+    ASSERT_OK(copy({.x = x_view(c, x_gpu), .y = y.device}));
     // the whole storage, bit for bit: the copied elements and the untouched poison around them
-    EXPECT_TRUE(testing::bitwise_equal(on_host(got_gpu), want));
+    EXPECT_TRUE(testing::bitwise_equal(on_host(y.device_storage), y.host_storage));
   }
 }
 

@@ -15,18 +15,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "core/device_memory.h"
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "kernels/delta_rule_reference.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gated_delta_rule_decode_cases.h"  // DecodeGate, gate_name
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -111,13 +108,6 @@ struct LongRunCase {
   Tolerance state_tolerance() const { return pool == kBF16 ? kBf16State : kF32State; }
   Tolerance output_tolerance() const { return act == kBF16 ? kBf16Output : kF32Output; }
 };
-
-/// The run's base seed: HYLA_TEST_SEED when set (to replay a failure), else std::random_device.
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
 
 // ---- The layer and its inputs ----
 
@@ -372,7 +362,8 @@ const LongRunCase kCases[] = {
 
 TEST(DecodeLongRunCudaTest, TenThousandStepsStayNearFloat64Replay) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0;
   for (const LongRunCase& c : kCases)
     expect_long_run_matches_replay(c, Device::cuda(), 10000, {1, 10, 100, 1000, 5000, 10000},
@@ -381,7 +372,8 @@ TEST(DecodeLongRunCudaTest, TenThousandStepsStayNearFloat64Replay) {
 
 TEST(DecodeLongRunCpuTest, CpuBodyStaysNearFloat64Replay) {
   // The replay and the bounds, checked against the CPU body (not skipped without a GPU).
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0;
   for (const LongRunCase& c : kCases)
     expect_long_run_matches_replay(c, Device::cpu(), 300, {1, 10, 100, 300}, seed + n++);

@@ -9,8 +9,6 @@
 // extend threshold on CUDA and the workspace checks. Skipped when no CUDA device is visible.
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <iterator>
 #include <optional>
 #include <random>
@@ -19,8 +17,6 @@
 
 #include "cuda_testing.h"
 #include "kernels/gated_delta_rule.h"
-#include "kernels/strided_views.h"  // padded_view, untouched_outside, bitwise_equal
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -31,7 +27,9 @@ using testing::on_gpu;
 using testing::on_host;
 using testing::poisoned;
 using testing::poisoned_gpu;
+using testing::still_poisoned;
 using testing::Tolerance;
+using testing::TwinView;
 
 constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
 
@@ -152,63 +150,18 @@ struct ChunkCase {
   bool uses_pool() const { return initial || commit; }
 };
 
-/// Every byte still 0xff (the poison): nothing was written.
-bool still_poisoned(const Tensor& t) {
-  const auto* bytes = static_cast<const uint8_t*>(t.view().raw());
-  for (int64_t i = 0; i < t.nbytes(); ++i)
-    if (bytes[i] != 0xff) return false;
-  return true;
-}
-
-/// The run's base seed: HYLA_TEST_SEED when set (to replay a failure), else std::random_device.
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
-
 constexpr int64_t kPad = 5, kOffset = 3;
 
-/// An activation of `shape` on the host: contiguous, or (strided) a padded, offset view of a
-/// poisoned storage holding `values` (contiguous, same shape and dtype) inside the view.
-struct Activation {
-  Tensor storage;
-  TensorView view;
-};
-
-Activation host_activation(const Tensor& values, bool strided) {
-  if (!strided) return {values, values.view()};
-  const std::vector<int64_t> shape(values.view().shape(), values.view().shape() + values.ndim());
-  Activation a;
-  a.storage = poisoned({testing::padded_numel(shape, kPad, kOffset)}, values.dtype());
-  a.view = testing::padded_view(a.storage, shape, kPad, kOffset);
-  // copy element by element (row-major) into the view
-  const std::vector<int64_t> offsets = testing::element_offsets(a.storage, a.view);
-  const int64_t size = dtype_size(values.dtype());
-  auto* dst = static_cast<char*>(a.storage.view().raw());
-  const auto* src = static_cast<const char*>(values.view().raw());
-  for (size_t i = 0; i < offsets.size(); ++i)
-    std::memcpy(dst + offsets[i] * size, src + int64_t(i) * size, size_t(size));
-  return a;
-}
-
-/// The device copy of a host activation (same layout inside a device storage).
-Activation device_activation(const Activation& host, bool strided) {
-  Activation a;
-  a.storage = on_gpu(host.storage);
-  if (!strided) {
-    a.view = a.storage.view();
-    return a;
-  }
-  const std::vector<int64_t> shape(host.view.shape(), host.view.shape() + host.view.ndim());
-  a.view = testing::padded_view(a.storage, shape, kPad, kOffset);
-  return a;
+/// An activation as twins: contiguous, or (strided) inside a poisoned storage whose rows are kPad
+/// elements longer, starting kOffset elements in.
+TwinView activation_twin(const Tensor& values, bool strided) {
+  return strided ? testing::twin_of(values, kPad, kOffset) : testing::twin_of(values);
 }
 
 /// Random host inputs of one case and the parameters over them (CPU side).
 struct HostProblem {
   Tensor cu, initial_slots, final_slots, g, beta, pool_before, pool, chunk_states;
-  Activation q, k, v, o;
+  TwinView q, k, v, o;  ///< the device views serve DeviceProblem
   GatedDeltaRuleParams params;
 };
 
@@ -227,10 +180,10 @@ HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
 
   // Without the in-kernel l2norm the caller keeps |k| ~ 1, so beta |k|^2 < 2 stays stable.
   const float qk_std = c.l2norm ? 1.0f : 1.0f / std::sqrt(float(d_k));
-  h.q = host_activation(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
-  h.k = host_activation(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
-  h.v = host_activation(testing::random_uniform({T, HV, d_v}, c.act, rng), c.strided);
-  h.o = host_activation(poisoned({T, HV, d_v}, c.act), c.strided);
+  h.q = activation_twin(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
+  h.k = activation_twin(testing::random_normal({T, H, d_k}, c.act, rng, 0.0f, qk_std), c.strided);
+  h.v = activation_twin(testing::random_uniform({T, HV, d_v}, c.act, rng), c.strided);
+  h.o = activation_twin(poisoned({T, HV, d_v}, c.act), c.strided);
   // K3's safe gate: [-5, 0]; strong: a 16-token block's span ~ 45 +- 7 per channel, its largest
   // of 128 channels around the bound of 60.
   const float g_lo = c.gate == Gate::kKdaSafe ? -5.0f : c.gate == Gate::kKdaStrong ? -6.0f : -1.0f;
@@ -241,13 +194,13 @@ HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
   h.pool = h.pool_before.clone();
 
   GatedDeltaRuleParams& p = h.params;
-  p.q = h.q.view;
-  p.k = h.k.view;
-  p.v = h.v.view;
+  p.q = h.q.host;
+  p.k = h.k.host;
+  p.v = h.v.host;
   p.g = h.g;
   p.beta = h.beta;
   p.cu_seqlens = h.cu;
-  p.o = h.o.view;
+  p.o = h.o.host;
   p.use_qk_l2norm = c.l2norm;
   p.scale = c.scale;
   p.state_kernel = c.state;
@@ -262,10 +215,10 @@ HostProblem make_host_problem(const ChunkCase& c, std::mt19937& rng) {
   return h;
 }
 
-/// Device copies of a host problem's inputs (before the CPU run), outputs and workspace poisoned.
+/// Device copies of a host problem's inputs (before the CPU run; q, k, v and o are the device
+/// halves of its twins), outputs and workspace poisoned.
 struct DeviceProblem {
   Tensor cu, initial_slots, final_slots, g, beta, pool, chunk_states, workspace;
-  Activation q, k, v, o;
   GatedDeltaRuleParams params;
 };
 
@@ -277,16 +230,12 @@ DeviceProblem make_device_problem(const ChunkCase& c, const HostProblem& h) {
   d.g = on_gpu(h.g);
   d.beta = on_gpu(h.beta);
   d.pool = on_gpu(h.pool_before);
-  d.q = device_activation(h.q, c.strided);
-  d.k = device_activation(h.k, c.strided);
-  d.v = device_activation(h.v, c.strided);
-  d.o = device_activation(h.o, c.strided);  // poisoned storage, as on the host
   GatedDeltaRuleParams& p = d.params;
   p = h.params;
-  p.q = d.q.view;
-  p.k = d.k.view;
-  p.v = d.v.view;
-  p.o = d.o.view;
+  p.q = h.q.device;
+  p.k = h.k.device;
+  p.v = h.v.device;
+  p.o = h.o.device;  // poisoned storage, as on the host
   p.g = d.g;
   p.beta = d.beta;
   p.cu_seqlens = d.cu;
@@ -308,7 +257,7 @@ DeviceProblem make_device_problem(const ChunkCase& c, const HostProblem& h) {
 /// tensor_cores: whether the case must take the tensor-core body (unchecked when absent).
 void expect_cuda_matches_cpu(const ChunkCase& c, uint32_t seed,
                              std::optional<bool> tensor_cores_expected = std::nullopt) {
-  SCOPED_TRACE(str_cat(c.name(), " seed ", seed, " (HYLA_TEST_SEED=", seed, " replays it)"));
+  SCOPED_TRACE(str_cat(c.name(), " seed ", seed));
   std::mt19937 rng(seed);
   HostProblem h = make_host_problem(c, rng);
   DeviceProblem d = make_device_problem(c, h);
@@ -332,14 +281,12 @@ void expect_cuda_matches_cpu(const ChunkCase& c, uint32_t seed,
   };
 
   // o: every element close; a strided o's storage outside the view keeps its poison.
-  const Tensor o_storage = on_host(d.o.storage);
-  const TensorView got_o =
-      c.strided ? testing::padded_view(o_storage, {c.T(), c.HV, c.d_v}, kPad, kOffset)
-                : o_storage.view();
-  EXPECT_TRUE(all_close(got_o, h.o.view, tolerance(h.o.view, c.act))) << "o";
-  expect_relative(got_o, h.o.view, "o");
+  const testing::HostResult o_back = testing::device_result(h.o);
+  const TensorView got_o = o_back.view;
+  EXPECT_TRUE(all_close(got_o, h.o.host, tolerance(h.o.host, c.act))) << "o";
+  expect_relative(got_o, h.o.host, "o");
   if (c.strided) {
-    EXPECT_TRUE(testing::untouched_outside(o_storage, got_o)) << "wrote outside o";
+    EXPECT_TRUE(testing::untouched_outside(o_back.storage, got_o)) << "wrote outside o";
   }
   if (c.chunk_states) {
     const Tensor got = on_host(d.chunk_states);
@@ -406,7 +353,8 @@ TEST(GatedDeltaRuleChunkCudaTest, MatchesCpuBody) {
        .l2norm = false,
        .scale = 0.25f},
   };
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   for (size_t i = 0; i < std::size(cases); ++i)
     expect_cuda_matches_cpu(cases[i], seed + uint32_t(i));
 }
@@ -515,7 +463,8 @@ TEST(GatedDeltaRuleChunkCudaTest, TensorCoreBodyMatchesCpuBody) {
                    .chunk_states = false,
                    .l2norm = false,
                    .scale = 0.25f});
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   for (size_t i = 0; i < cases.size(); ++i) {
     expect_cuda_matches_cpu(cases[i], seed + 100 + uint32_t(i), /*tensor_cores=*/true);
   }
@@ -563,7 +512,8 @@ TEST(GatedDeltaRuleChunkCudaTest, ContextParallelMatchesCpuBody) {
                    .gate = Gate::kKda,
                    .state = ChunkStateKernel::kRoles,
                    .cp = 2});
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   for (size_t i = 0; i < cases.size(); ++i)
     expect_cuda_matches_cpu(cases[i], seed + 300 + uint32_t(i), /*tensor_cores=*/true);
 }
@@ -572,8 +522,8 @@ TEST(GatedDeltaRuleChunkCudaTest, ContextParallelMatchesCpuBody) {
 // chunk_states) and then gives exactly the chunk result.
 TEST(GatedDeltaRuleChunkCudaTest, ExtendRunsChunkForLongSequences) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat("seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   {
     const ChunkCase c{.seqlens = {130, 70}, .chunk_states = false};
@@ -581,10 +531,10 @@ TEST(GatedDeltaRuleChunkCudaTest, ExtendRunsChunkForLongSequences) {
     DeviceProblem d = make_device_problem(c, h);
     ASSERT_TRUE(gated_delta_rule_extend_uses_chunk(d.params));
     ASSERT_OK(gated_delta_rule_extend(d.params));
-    const Tensor extend_o = on_host(d.o.storage);
+    const Tensor extend_o = on_host(h.o.device_storage);
     // Again with the same inputs: the slots read (0 and -1) are not among those written (1, 3).
     ASSERT_OK(gated_delta_rule_chunk(d.params));
-    EXPECT_TRUE(bitwise_equal(on_host(d.o.storage), extend_o));
+    EXPECT_TRUE(bitwise_equal(on_host(h.o.device_storage), extend_o));
   }
   const auto uses_chunk = [&](std::vector<int32_t> seqlens, int64_t d_k, bool chunk_states) {
     const ChunkCase c{.seqlens = seqlens, .d_k = d_k, .chunk_states = chunk_states};
@@ -602,7 +552,9 @@ TEST(GatedDeltaRuleChunkCudaTest, ExtendRunsChunkForLongSequences) {
 
 TEST(GatedDeltaRuleChunkCudaTest, WorkspaceKeyWidthAndStateKernelAreChecked) {
   HYLA_SKIP_WITHOUT_CUDA();
-  std::mt19937 rng(base_seed());
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
+  std::mt19937 rng(seed);
   const ChunkCase c{.seqlens = {70, 5}};
   HostProblem h = make_host_problem(c, rng);
   DeviceProblem d = make_device_problem(c, h);
@@ -620,7 +572,7 @@ TEST(GatedDeltaRuleChunkCudaTest, WorkspaceKeyWidthAndStateKernelAreChecked) {
   HostProblem hw = make_host_problem(wide, rng);
   DeviceProblem dw = make_device_problem(wide, hw);
   EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(dw.params), "at most 128");
-  EXPECT_TRUE(still_poisoned(on_host(dw.o.storage))) << "a refused call wrote o";
+  EXPECT_TRUE(still_poisoned(on_host(hw.o.device_storage))) << "a refused call wrote o";
 
   // The wide state kernel asked where it cannot run (d_v 64): refused, nothing written.
   const ChunkCase narrow{
@@ -628,7 +580,7 @@ TEST(GatedDeltaRuleChunkCudaTest, WorkspaceKeyWidthAndStateKernelAreChecked) {
   HostProblem hn = make_host_problem(narrow, rng);
   DeviceProblem dn = make_device_problem(narrow, hn);
   EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(dn.params), "d_v a multiple of 128");
-  EXPECT_TRUE(still_poisoned(on_host(dn.o.storage))) << "a refused call wrote o";
+  EXPECT_TRUE(still_poisoned(on_host(hn.o.device_storage))) << "a refused call wrote o";
 
   // Context parallelism out of range, or where it cannot run (d_v 64): refused, nothing written.
   GatedDeltaRuleParams cp = dn.params;
@@ -639,7 +591,7 @@ TEST(GatedDeltaRuleChunkCudaTest, WorkspaceKeyWidthAndStateKernelAreChecked) {
   EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(cp), "cp_segments -1");
   cp.cp_segments = 4;
   EXPECT_ERROR_CONTAINS(gated_delta_rule_chunk(cp), "d_v a multiple of 128");
-  EXPECT_TRUE(still_poisoned(on_host(dn.o.storage))) << "a refused call wrote o";
+  EXPECT_TRUE(still_poisoned(on_host(hn.o.device_storage))) << "a refused call wrote o";
 }
 
 }  // namespace

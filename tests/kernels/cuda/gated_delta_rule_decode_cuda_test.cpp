@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -21,12 +20,10 @@
 #include <tuple>
 #include <vector>
 
-#include "core/device_memory.h"
+#include "cuda_testing.h"
 #include "kernels/cuda/gated_delta_rule_decode_tiling.h"
 #include "kernels/gated_delta_rule_decode.h"
 #include "kernels/gated_delta_rule_decode_cases.h"
-#include "kernels/strided_views.h"  // bitwise_equal
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -82,13 +79,6 @@ Tolerance output_tolerance(const DecodeCase& c) {
 }
 
 // ---- Running both bodies ----
-
-/// The run's base seed: HYLA_TEST_SEED when set (to replay a failure), else std::random_device.
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
 
 /// "{2, -1, 0}"
 std::string list_string(const std::vector<int32_t>& values) {
@@ -245,7 +235,8 @@ void expect_counted_matches_cpu(const DecodeCase& c, int64_t B, int64_t T, uint3
 
 /// Every case of `gate` in the d = 128 grid, for every B and T.
 void expect_gate_matches_cpu(DecodeGate gate) {
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0;
   for (const DecodeCase& c : testing::decode_case_grid(128)) {
     if (c.gate != gate) continue;
@@ -257,23 +248,24 @@ void expect_gate_matches_cpu(DecodeGate gate) {
 // ---- Tests ----
 
 TEST(GatedDeltaRuleDecodeCudaTest, GdnMatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  HYLA_SKIP_WITHOUT_CUDA();
   expect_gate_matches_cpu(DecodeGate::kGdn);
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, KdaMatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  HYLA_SKIP_WITHOUT_CUDA();
   expect_gate_matches_cpu(DecodeGate::kKda);
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, KdaSafeGateMatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  HYLA_SKIP_WITHOUT_CUDA();
   expect_gate_matches_cpu(DecodeGate::kKdaSafe);
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, HeadDim64MatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   const DecodeCase cases[] = {
       {.gate = DecodeGate::kGdn,
        .H = 1,
@@ -302,8 +294,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, HeadDim64MatchesCpu) {
 TEST(GatedDeltaRuleDecodeCudaTest, LargeBatchMatchesCpu) {
   // B HV >= 512: the CUDA body may split heads more coarsely for large batches than for the small
   // ones above; every gate and pool dtype, T = 1 and 2.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0;
   for (DecodeGate gate : {DecodeGate::kGdn, DecodeGate::kKda, DecodeGate::kKdaSafe}) {
     for (DType pool : {kF32, kBF16}) {
@@ -330,47 +323,51 @@ const DecodeCase kTilingCases[] = {
     {.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64, .pool = kBF16},
 };
 
-TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
-  // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
-  // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
-  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, the warp
-  // kernel, the split kernel (with the workspace the case tensors carry, NaN until written), both
-  // head dims, both pool dtypes.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
-  uint32_t n = 0, runs = 0;
+/// Each compiled tiling on each geometry of kTilingCases it serves, B = 3 and T = 1 and 3 where it
+/// takes them (fused: the GPU reads row-strided views), seeded seed + n, seed + n + 1, ... (n
+/// advanced); returns the (case, tiling) pairs run.
+uint32_t expect_every_tiling_matches_cpu(uint32_t seed, uint32_t& n, bool fused) {
+  uint32_t runs = 0;
   for (const DecodeCase& c : kTilingCases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
       if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
       // The bulk, warp and split tilings and R16w16 are decode-only (T = 1; verify with one token
       // included).
       for (int64_t T : {1, 3})
-        if (cuda::decode_tiling_takes(t, T)) expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t);
+        if (cuda::decode_tiling_takes(t, T))
+          expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t, fused);
       ++runs;
     }
   }
+  return runs;
+}
+
+TEST(GatedDeltaRuleDecodeCudaTest, EveryTilingMatchesCpu) {
+  // The entry picks a tiling by batch size; here each tiling the kernel is compiled for runs on
+  // every geometry it can serve: cluster sizes 1 to 16, one to 16 warps per block, blocks inside
+  // one value head and blocks spanning several (GVA 2:1 and 4:1), the bulk-copy kernel, the warp
+  // kernel, the split kernel (with the workspace the case tensors carry, NaN until written), both
+  // head dims, both pool dtypes.
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
+  uint32_t n = 0;
   // Per case: the 6 block tilings that tile its 128 or 256 rows in clusters of 1 to 16, bulk, 2
   // warp tilings, split.
-  EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
+  EXPECT_EQ(expect_every_tiling_matches_cpu(seed, n, /*fused=*/false), 40u)
+      << "not every compiled tiling on the geometries it serves";
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, RowStridedInputsMatchCpu) {
   // qkv, a, b and norm_gate as row-strided views of one fused projection on the GPU (the model's
   // layout for B > 1), contiguous on the CPU: every compiled tiling (block, bulk, warp, split) on
   // the geometries it serves, then the entry's choice with the fused norm at small and large B.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
-  uint32_t n = 0, runs = 0;
-  for (const DecodeCase& c : kTilingCases) {
-    for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
-      if (cuda::decode_cluster_size(t, c.HV / c.H, c.d_v) == 0) continue;
-      for (int64_t T : {1, 3})
-        if (cuda::decode_tiling_takes(t, T))
-          expect_cuda_matches_cpu(c, /*B=*/3, T, seed + n++, t, /*fused=*/true);
-      ++runs;
-    }
-  }
-  EXPECT_EQ(runs, 40u) << "not every compiled tiling on the geometries it serves";
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
+  uint32_t n = 0;
+  EXPECT_EQ(expect_every_tiling_matches_cpu(seed, n, /*fused=*/true), 40u)
+      << "not every compiled tiling on the geometries it serves";
   for (DecodeCase c : {DecodeCase{.gate = DecodeGate::kGdn,
                       .H = 1,
                       .HV = 2,
@@ -399,8 +396,9 @@ TEST(GatedDeltaRuleDecodeCudaTest, ArrivalCountersMatchCpu) {
   // GatedDeltaRuleDecodeParams::arrivals: every block tiling of several blocks per key head (the
   // ones that use the counters) on kTilingCases, one and three tokens per step, plus the entry's
   // choice at B = 1 (with a padding slot among B = 3 too), plain and overlapped.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0, runs = 0;
   for (const DecodeCase& c : kTilingCases) {
     for (const cuda::DecodeTiling t : cuda::decode_tilings()) {
@@ -525,8 +523,10 @@ TEST(GatedDeltaRuleDecodeCudaTest, DefaultTilingFollowsTheMeasurements) {
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, TilingThatCannotServeIsRefused) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  std::mt19937 rng(base_seed());
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
+  std::mt19937 rng(seed);
   // One value head of 128 rows per key head: a 256-row block cannot tile it.
   const DecodeCase c{.gate = DecodeGate::kKda, .H = 1, .HV = 1, .d_k = 128, .d_v = 128};
   DecodeTensors gpu =
@@ -569,10 +569,10 @@ TEST(GatedDeltaRuleDecodeCudaTest, MisalignedInputsTakeTheBlockKernel) {
   // The warp kernel reads with vector loads from 16-byte aligned tensors. A qkv view one element
   // into its buffer: the entry (which would pick the warp kernel at B = 1) runs the block kernel
   // and matches the CPU; the warp tiling itself refuses the call.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
-  SCOPED_TRACE(str_cat("seed ", seed));
   const DecodeCase c{.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 128, .d_v = 128};
   const std::vector<int32_t> slots = {1};
   const DecodeTensors host = testing::make_decode_tensors(c, /*B=*/1, /*T=*/1, slots, 3, rng);
@@ -610,14 +610,15 @@ TEST(GatedDeltaRuleDecodeCudaTest, OverlapWaitsForTheKernelBeforeItsInputs) {
   // qkv: a producer decode step (GDN, HV = 4, d = 64) whose o [B, 4, 64] (NaN-poisoned until
   // written) is the consumer's qkv [B, 256] (GDN H = 1, HV = 2, d = 64). The reference is the CPU
   // body on the producer's GPU output. Every tiling that can serve the consumer, and the entry.
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
-  const uint32_t seed = base_seed();
+  HYLA_SKIP_WITHOUT_CUDA();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   const int64_t B = 5;
   const DecodeCase producer{.gate = DecodeGate::kGdn, .H = 2, .HV = 4, .d_k = 64, .d_v = 64};
   const DecodeCase consumer{.gate = DecodeGate::kGdn, .H = 1, .HV = 2, .d_k = 64, .d_v = 64};
   const std::vector<int32_t> slots = random_slots(B, rng);
-  SCOPED_TRACE(str_cat("seed ", seed, ", slots ", list_string(slots)));
+  SCOPED_TRACE(str_cat("slots ", list_string(slots)));
   const DecodeTensors host_p = testing::make_decode_tensors(producer, B, 1, slots, B + 3, rng);
   const DecodeTensors host_c = testing::make_decode_tensors(consumer, B, 1, slots, B + 3, rng);
   cudaStream_t stream;
@@ -652,10 +653,11 @@ TEST(GatedDeltaRuleDecodeCudaTest, OverlapWaitsForTheKernelBeforeItsInputs) {
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, GatedNormMatchesCpu) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  HYLA_SKIP_WITHOUT_CUDA();
   // The fused norm with both gate activations (GDN: silu, KDA: sigmoid), on bf16 and f32 o, with
   // the largest batch; the grids above cover it too, this names it.
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0;
   for (const DecodeCase& c : testing::decode_case_grid(128)) {
     if (!c.norm || c.pool != kF32 || c.H != 1) continue;
@@ -664,11 +666,11 @@ TEST(GatedDeltaRuleDecodeCudaTest, GatedNormMatchesCpu) {
 }
 
 TEST(GatedDeltaRuleDecodeCudaTest, OutOfRangeSlotIsSkippedOnCuda) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped";
+  HYLA_SKIP_WITHOUT_CUDA();
   // The CUDA entry does not read slot ids on the host; an id outside the pool is skipped like -1.
   // The CPU run with -1 in its place is the reference.
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat("seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   const DecodeCase c{.gate = DecodeGate::kGdn, .H = 1, .HV = 2, .d_k = 128, .d_v = 128};
   constexpr int64_t kSlots = 4, T = 2;

@@ -9,7 +9,6 @@
 // must stay poisoned), the whole pool (written and untouched slots) and the step states.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -17,16 +16,14 @@
 
 #include "cuda_testing.h"
 #include "kernels/gated_delta_rule.h"
-#include "kernels/strided_views.h"
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
 
 using testing::on_gpu;
 using testing::on_host;
-using testing::padded_view;
 using testing::Tolerance;
+using testing::TwinView;
 
 constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
 
@@ -52,12 +49,6 @@ constexpr Tolerance kBf16Values{
         "one bf16 rounding per stored element on each side: <= 1 bf16 ulp (2^-7), plus "
         "kF32Values near zero"};
 Tolerance tolerance(DType stored) { return stored == kBF16 ? kBf16Values : kF32Values; }
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
 
 enum class Gate { kGdn, kKdaSafe, kKdaStrong };
 
@@ -94,27 +85,10 @@ const RecurrentCase kCases[] = {
     {{3, 130, 1}, 2, 2, 32, 64, Gate::kGdn, kF32, kF32, false, true, 2},
 };
 
-/// A device tensor and its host twin (the same bytes before the calls), each viewed as `shape`
-/// with `pad` extra elements per row.
-struct Pair {
-  Tensor host_storage, gpu_storage;
-  TensorView host, gpu;
-};
-Pair make_pair(Tensor host_storage, const std::vector<int64_t>& shape, int64_t pad) {
-  Pair p;
-  p.gpu_storage = on_gpu(host_storage);
-  p.host_storage = std::move(host_storage);
-  p.host = padded_view(p.host_storage, shape, pad, 0);
-  p.gpu = padded_view(p.gpu_storage, shape, pad, 0);
-  return p;
-}
-int64_t numel(const std::vector<int64_t>& shape, int64_t pad) {
-  return testing::padded_numel(shape, pad, 0);
-}
-
 TEST(GatedDeltaRuleRecurrentCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed0 = base_seed();
+  const uint32_t seed0 = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed0));
   uint32_t n = 0;
   for (const RecurrentCase& c : kCases) {
     const uint32_t seed = seed0 + n++;
@@ -141,34 +115,25 @@ TEST(GatedDeltaRuleRecurrentCudaTest, MatchesCpu) {
     // Without l2norm, keys of norm < 1 keep the state map non-expansive: |k|^2 ~ d_k a^2 / 3.
     const float qk_range = c.l2norm ? 1.0f : 0.25f;
     const std::vector<int64_t> qk_shape = {T, H, d_k}, v_shape = {T, HV, d_v};
-    Pair q = make_pair(
-        testing::random_uniform({numel(qk_shape, c.pad)}, c.act, rng, -qk_range, qk_range),
-        qk_shape, c.pad);
-    Pair k = make_pair(
-        testing::random_uniform({numel(qk_shape, c.pad)}, c.act, rng, -qk_range, qk_range),
-        qk_shape, c.pad);
-    Pair v =
-        make_pair(testing::random_uniform({numel(v_shape, c.pad)}, c.act, rng), v_shape, c.pad);
-    Pair o = make_pair(testing::poisoned({numel(v_shape, c.pad)}, c.act), v_shape, c.pad);
+    const TwinView q = testing::twin_uniform(qk_shape, c.act, rng, -qk_range, qk_range, c.pad);
+    const TwinView k = testing::twin_uniform(qk_shape, c.act, rng, -qk_range, qk_range, c.pad);
+    const TwinView v = testing::twin_uniform(v_shape, c.act, rng, -1.0f, 1.0f, c.pad);
+    const TwinView o = testing::twin_poisoned(v_shape, c.act, c.pad);
     const bool kda = c.gate != Gate::kGdn;
     const float g_low = c.gate == Gate::kGdn ? -2.0f : c.gate == Gate::kKdaSafe ? -5.0f : -30.0f;
-    Pair g = kda ? make_pair(testing::random_uniform({T * HV * d_k}, kF32, rng, g_low, 0.0f),
-                             {T, HV, d_k}, 0)
-                 : make_pair(testing::random_uniform({T * HV}, kF32, rng, g_low, 0.0f), {T, HV}, 0);
-    Pair beta = make_pair(testing::random_uniform({T * HV}, kF32, rng, 0.0f, 1.0f), {T, HV}, 0);
-    Pair pool =
-        make_pair(testing::random_uniform({slots * HV * d_v * d_k}, c.pool, rng, -0.5f, 0.5f),
-                  {slots, HV, d_v, d_k}, 0);
-    Pair steps;
-    if (c.step_states)
-      steps = make_pair(testing::poisoned({T * HV * d_v * d_k}, kF32), {T, HV, d_v, d_k}, 0);
+    const TwinView g = kda ? testing::twin_uniform({T, HV, d_k}, kF32, rng, g_low, 0.0f)
+                           : testing::twin_uniform({T, HV}, kF32, rng, g_low, 0.0f);
+    const TwinView beta = testing::twin_uniform({T, HV}, kF32, rng, 0.0f, 1.0f);
+    const TwinView pool = testing::twin_uniform({slots, HV, d_v, d_k}, c.pool, rng, -0.5f, 0.5f);
+    TwinView steps;
+    if (c.step_states) steps = testing::twin_poisoned({T, HV, d_v, d_k}, kF32);
     const Tensor cu_host = testing::int32_tensor(cu), initial_host = testing::int32_tensor(initial),
                  final_host = testing::int32_tensor(final);
     const Tensor cu_gpu = on_gpu(cu_host), initial_gpu = on_gpu(initial_host),
                  final_gpu = on_gpu(final_host);
 
     auto params = [&](bool gpu) {
-      auto pick = [gpu](const Pair& p) { return gpu ? p.gpu : p.host; };
+      auto pick = [gpu](const TwinView& t) { return gpu ? t.device : t.host; };
       GatedDeltaRuleParams p;
       p.q = pick(q);
       p.k = pick(k);
@@ -187,12 +152,12 @@ TEST(GatedDeltaRuleRecurrentCudaTest, MatchesCpu) {
     ASSERT_OK(gated_delta_rule_recurrent(params(false)));
     ASSERT_OK(gated_delta_rule_recurrent(params(true)));
 
-    const Tensor o_back = on_host(o.gpu_storage), pool_back = on_host(pool.gpu_storage);
-    const TensorView o_got = padded_view(o_back, v_shape, c.pad, 0);
+    const testing::HostResult o_back = testing::device_result(o);
+    const Tensor pool_back = on_host(pool.device_storage);
     {
       SCOPED_TRACE("o");
-      EXPECT_CLOSE(o_got, o.host, tolerance(c.act));
-      EXPECT_TRUE(testing::untouched_outside(o_back, o_got));
+      EXPECT_CLOSE(o_back.view, o.host, tolerance(c.act));
+      EXPECT_TRUE(testing::untouched_outside(o_back.storage, o_back.view));
     }
     {
       SCOPED_TRACE("state pool (written and untouched slots)");
@@ -208,7 +173,7 @@ TEST(GatedDeltaRuleRecurrentCudaTest, MatchesCpu) {
     }
     if (c.step_states) {
       SCOPED_TRACE("step_states");
-      EXPECT_CLOSE(on_host(steps.gpu_storage), steps.host_storage, kF32Values);
+      EXPECT_CLOSE(on_host(steps.device_storage), steps.host_storage, kF32Values);
     }
   }
 }

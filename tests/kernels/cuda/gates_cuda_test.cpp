@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/twin_views.h"
+#include "cuda_testing.h"
 #include "kernels/gates.h"
 
 namespace hyla::kernels {
@@ -43,8 +43,8 @@ TEST(GatesCudaTest, GdnGateMatchesCpu) {
       {0, 4, kF32, false}, {1, 1, kF32, false},   {7, 33, kBF16, false},
       {33, 6, kF32, true}, {64, 32, kBF16, true}, {300, 129, kF32, true},
   };
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const GdnCase& c : cases) {
     SCOPED_TRACE(c.name());
@@ -105,8 +105,8 @@ TEST(GatesCudaTest, KdaGateMatchesCpu) {
       {3, 2, 129, kBF16, kBF16, false, -5.0f, 2, 0}, {9, 5, 64, kF32, kF32, true, 0.0f, 1, 1},
       {2, 1, 2048, kF32, kF32, true, -1.0f},
   };
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const KdaCase& c : cases) {
     SCOPED_TRACE(c.name());

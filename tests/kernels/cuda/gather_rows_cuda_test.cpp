@@ -3,31 +3,22 @@
 // row on CUDA. Fresh random inputs (seed in the trace; HYLA_TEST_SEED=<n> replays one). Skipped
 // when no CUDA device is visible.
 #include <cmath>
-#include <cstdlib>
 #include <random>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "kernels/gather_rows.h"
-#include "kernels/strided_views.h"
 
 namespace hyla::kernels {
 namespace {
 
 using testing::on_gpu;
 using testing::on_host;
-using testing::padded_numel;
-using testing::padded_view;
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
+using testing::TwinView;
 
 TEST(GatherRowsCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat("seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (DType x_dtype : {DType::kF32, DType::kBF16}) {
     for (DType y_dtype : {DType::kF32, DType::kBF16}) {
@@ -37,22 +28,15 @@ TEST(GatherRowsCudaTest, MatchesCpu) {
         std::vector<int32_t> index = {40, 0};
         for (int i = 0; i < 29; ++i) index.push_back(int32_t(rng() % N));
         const int64_t M = int64_t(index.size());
-        Tensor x = testing::random_uniform({padded_numel({N, W}, pad, 1)}, x_dtype, rng);
-        Tensor index_host = testing::int32_tensor(index);
-        Tensor want_storage = testing::poisoned({padded_numel({M, W}, pad, 0)}, y_dtype);
-        ASSERT_OK(gather_rows({.x = padded_view(x, {N, W}, pad, 1),
-                               .index = index_host,
-                               .y = padded_view(want_storage, {M, W}, pad, 0)}));
-        Tensor x_gpu = on_gpu(x), index_gpu = on_gpu(index_host);
-        Tensor got_gpu = on_gpu(testing::poisoned({padded_numel({M, W}, pad, 0)}, y_dtype));
-        ASSERT_OK(gather_rows({.x = padded_view(x_gpu, {N, W}, pad, 1),
-                               .index = index_gpu,
-                               .y = padded_view(got_gpu, {M, W}, pad, 0)}));
-        const Tensor got_storage = on_host(got_gpu);
-        const TensorView got = padded_view(got_storage, {M, W}, pad, 0);
-        EXPECT_TRUE(testing::bitwise_equal(got, padded_view(want_storage, {M, W}, pad, 0)))
+        const TwinView x = testing::twin_uniform({N, W}, x_dtype, rng, -1.0f, 1.0f, pad, 1);
+        const Tensor index_host = testing::int32_tensor(index), index_gpu = on_gpu(index_host);
+        const TwinView y = testing::twin_poisoned({M, W}, y_dtype, pad, 0);
+        ASSERT_OK(gather_rows({.x = x.host, .index = index_host, .y = y.host}));
+        ASSERT_OK(gather_rows({.x = x.device, .index = index_gpu, .y = y.device}));
+        const testing::HostResult got = testing::device_result(y);
+        EXPECT_TRUE(testing::bitwise_equal(got.view, y.host))
             << "a row copy rounded once to nearest even on both sides";
-        EXPECT_TRUE(testing::untouched_outside(got_storage, got));
+        EXPECT_TRUE(testing::untouched_outside(got.storage, got.view));
       }
     }
   }

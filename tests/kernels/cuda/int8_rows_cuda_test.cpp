@@ -4,11 +4,10 @@
 // dequantised rows are equal bit for bit. Fresh random inputs (seed in the trace;
 // HYLA_TEST_SEED=<n> replays one), outputs poisoned beforehand. Skipped without a CUDA device.
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <random>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "kernels/int8_rows.h"
 
 namespace hyla::kernels {
@@ -18,31 +17,12 @@ using testing::on_gpu;
 using testing::on_host;
 using testing::poisoned;
 using testing::poisoned_gpu;
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
-
-/// Equal values (NaN matching NaN: the GPU writes its own canonical NaN bits), every element.
-void expect_same_values(const Tensor& got, const Tensor& want, const char* what) {
-  const std::vector<double> g = testing::to_f64(got), w = testing::to_f64(want);
-  ASSERT_EQ(g.size(), w.size()) << what;
-  int64_t bad = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    const bool same = std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i];
-    if (!same && bad++ < 5)
-      ADD_FAILURE() << what << " " << testing::coords(want, int64_t(i)) << ": CUDA " << g[i]
-                    << ", CPU " << w[i];
-  }
-  EXPECT_EQ(bad, 0) << what << " elements differ from the CPU body";
-}
+using testing::same_values;
 
 TEST(Int8RowsCudaTest, MatchesCpuBitForBit) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat("seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const DType x_dtype : {DType::kF32, DType::kBF16})
     for (const DType y_dtype : {DType::kF32, DType::kBF16})
@@ -76,9 +56,10 @@ TEST(Int8RowsCudaTest, MatchesCpuBitForBit) {
         ASSERT_OK(quantize_int8_rows({TensorView(wide_d).narrow(1, 0, C), q_d, scale_d}));
         Tensor y_d = poisoned_gpu({R, C}, y_dtype);
         ASSERT_OK(dequantize_int8_rows({q_d, scale_d, y_d}));
-        expect_same_values(on_host(q_d), q, "q");
-        expect_same_values(on_host(scale_d), scale, "scale");
-        expect_same_values(on_host(y_d), y, "y");
+        // equal values, NaN matching NaN (the GPU writes its own canonical NaN bits)
+        EXPECT_TRUE(same_values(on_host(q_d), q)) << "q";
+        EXPECT_TRUE(same_values(on_host(scale_d), scale)) << "scale";
+        EXPECT_TRUE(same_values(on_host(y_d), y)) << "y";
       }
 }
 

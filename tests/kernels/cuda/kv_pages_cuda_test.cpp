@@ -4,16 +4,14 @@
 // are zeros. Shuffled pages, several sequences (one empty), page sizes 1 / 16 / 64, f32 and bf16
 // pages, k alone and k + v, strided rows. Fresh random inputs every run (the seed is in each
 // failure's trace; HYLA_TEST_SEED=<n> replays one). Skipped when no CUDA device is visible.
+#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <string>
 
 #include "cuda_testing.h"
 #include "kernels/kv_pages.h"
 #include "kernels/paged_kv_cases.h"
-#include "kernels/strided_views.h"  // bitwise_equal
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -30,12 +28,6 @@ const PagedCase kCases[] = {
     {{100}, {300}, 64, 1, 8, 128, 128, 0, DType::kBF16},
 };
 
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
-
 kernels::PageIndex gpu_index(const testing::PagedInputs& in, Tensor* cu, Tensor* past,
                              Tensor* table) {
   *cu = on_gpu(in.cu_seqlens);
@@ -46,7 +38,8 @@ kernels::PageIndex gpu_index(const testing::PagedInputs& in, Tensor* cu, Tensor*
 
 TEST(KvPageWriteCudaTest, PagesEqualTheCpuBody) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   for (const PagedCase& c : kCases) {
     for (bool with_v : {false, true}) {
       SCOPED_TRACE(str_cat(c.name(), with_v ? "_v" : "", " seed ", seed));
@@ -80,7 +73,8 @@ TEST(KvPageWriteCudaTest, PagesEqualTheCpuBody) {
 
 TEST(KvPageGatherCudaTest, RowsEqualTheCpuBody) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   for (const PagedCase& c : kCases) {
     SCOPED_TRACE(str_cat(c.name(), " seed ", seed));
     std::mt19937 rng(seed++);

@@ -11,15 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "kernels/linear.h"
-#include "kernels/strided_views.h"
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -27,6 +24,7 @@ namespace {
 using testing::padded_numel;
 using testing::padded_view;
 using testing::Tolerance;
+using testing::TwinView;
 
 constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16, kF16 = DType::kF16;
 
@@ -68,13 +66,6 @@ const CudaLinearCase kCases[] = {
     {300, 2048, 4096, kF32, kF32, kF32, false, true},
     {300, 2048, 151, kBF16, kBF16, kF32, false, true},  // misaligned bf16 x straight to cuBLASLt
 };
-
-/// The run's base seed: HYLA_TEST_SEED when set (to replay a failure), else std::random_device.
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
 
 /// A contiguous host f32 tensor of shape `shape` holding f(every element of `t`) (exact for f32,
 /// bf16 and f16 values).
@@ -131,31 +122,27 @@ void expect_cuda_matches_cpu(const CudaLinearCase& c, uint32_t seed, Stream stre
   std::mt19937 rng(seed);
   const int64_t x_pad = c.strided ? 3 : 0, x_offset = c.strided ? 1 : 0;
   const int64_t y_pad = c.strided ? 5 : 0, y_offset = c.strided ? 2 : 0;
-  const Tensor x_storage =
-      testing::random_uniform({padded_numel({c.T, c.K}, x_pad, x_offset)}, c.x, rng);
+  const TwinView x = testing::twin_uniform({c.T, c.K}, c.x, rng, -1.0f, 1.0f, x_pad, x_offset);
   const Tensor weight = testing::random_uniform({c.N, c.K}, c.w, rng, -0.05f, 0.05f);
   Tensor bias;
   if (c.bias) bias = testing::random_uniform({c.N}, kF32, rng);
 
   // CPU: contiguous f32 copies of x (rounded to bf16 where the CUDA path rounds it)
-  const TensorView x_host = padded_view(x_storage, {c.T, c.K}, x_pad, x_offset);
-  const Tensor x_exact = f32_copy(x_host, {c.T, c.K}, identity);
-  const Tensor x_ref = c.rounds_x() ? f32_copy(x_host, {c.T, c.K}, bf16_rounded) : x_exact;
+  const Tensor x_exact = f32_copy(x.host, {c.T, c.K}, identity);
+  const Tensor x_ref = c.rounds_x() ? f32_copy(x.host, {c.T, c.K}, bf16_rounded) : x_exact;
   const Tensor want = cpu_linear(x_ref, weight, bias);
   const Tensor sum_abs_xw = cpu_linear(f32_copy(x_ref, {c.T, c.K}, magnitude),
                                        f32_copy(weight, {c.N, c.K}, magnitude), Tensor());
   const double sum_abs = max_element(sum_abs_xw);
 
   // CUDA: the same bytes on the device, y poisoned
-  const Tensor x_gpu_storage = testing::on_gpu(x_storage);
   const Tensor weight_gpu = testing::on_gpu(weight);
   Tensor bias_gpu;
   if (c.bias) bias_gpu = testing::on_gpu(bias);
   const Tensor y_gpu_storage =
       testing::poisoned_gpu({padded_numel({c.T, c.N}, y_pad, y_offset)}, c.y);
-  const TensorView x_gpu = padded_view(x_gpu_storage, {c.T, c.K}, x_pad, x_offset);
   const TensorView y_gpu = padded_view(y_gpu_storage, {c.T, c.N}, y_pad, y_offset);
-  ASSERT_OK(linear({.x = x_gpu, .weight = weight_gpu, .bias = bias_gpu, .y = y_gpu}, stream));
+  ASSERT_OK(linear({.x = x.device, .weight = weight_gpu, .bias = bias_gpu, .y = y_gpu}, stream));
   ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)), cudaSuccess);
 
   const Tensor y_storage = testing::on_host(y_gpu_storage);
@@ -176,7 +163,8 @@ void expect_cuda_matches_cpu(const CudaLinearCase& c, uint32_t seed, Stream stre
 
 TEST(LinearCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   uint32_t n = 0;
   for (const CudaLinearCase& c : kCases) expect_cuda_matches_cpu(c, seed + n++);
 }
@@ -186,7 +174,8 @@ TEST(LinearCudaTest, MatchesCpuOnAStream) {
   HYLA_SKIP_WITHOUT_CUDA();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  const uint32_t seed = base_seed();
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   expect_cuda_matches_cpu({300, 2048, 151, kBF16, kF32, kBF16, true, true}, seed, {stream});
   expect_cuda_matches_cpu({1, 2048, 4096, kBF16, kF32, kF32, true, false}, seed + 1, {stream});
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);

@@ -2,12 +2,13 @@
 // exactly (it fixes the combine's summation order); so must the gathered rows (a copy). Sizes
 // not multiples of 32, empty experts, repeated ids, strided views, more slots than one warp's
 // pass, and out-of-range ids on the device (placed nowhere, position -1, no out-of-bounds write).
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "../strided_views.h"
 #include "cuda_testing.h"
 #include "kernels/moe_align.h"
 
@@ -16,6 +17,7 @@ namespace {
 
 using testing::padded_numel;
 using testing::padded_view;
+using testing::TwinView;
 
 struct AlignCase {
   int64_t T, K, E, used;
@@ -82,18 +84,18 @@ AlignOut run_align(const TensorView& ids, int64_t E, Device device) {
 
 TEST(MoeAlignCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  int seed = 0;
+  const uint32_t base = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(base));
+  uint32_t seed = base;
   for (const AlignCase& c : kCases) {
     ++seed;
     SCOPED_TRACE(c.name() + str_cat("_seed", seed));
     std::mt19937 rng(seed);
     const int64_t pad = c.strided ? 3 : 0, offset = c.strided ? 1 : 0;
-    const Tensor ids_host = random_id_storage(c, pad, offset, rng);
-    const Tensor ids_gpu = testing::on_gpu(ids_host);
-    const AlignOut want =
-        run_align(padded_view(ids_host, {c.T, c.K}, pad, offset), c.E, Device::cpu());
-    const AlignOut got =
-        run_align(padded_view(ids_gpu, {c.T, c.K}, pad, offset), c.E, Device::cuda());
+    const TwinView ids =
+        testing::twin(random_id_storage(c, pad, offset, rng), {c.T, c.K}, pad, offset);
+    const AlignOut want = run_align(ids.host, c.E, Device::cpu());
+    const AlignOut got = run_align(ids.device, c.E, Device::cuda());
     EXPECT_TRUE(testing::bitwise_equal(testing::on_host(got.offsets), want.offsets));
     EXPECT_TRUE(testing::bitwise_equal(testing::on_host(got.sorted_slots), want.sorted_slots));
     EXPECT_TRUE(testing::bitwise_equal(testing::on_host(got.slot_positions), want.slot_positions));
@@ -130,15 +132,17 @@ TEST(MoePermuteCudaTest, MatchesCpu) {
                                {20, 4, 130, DType::kBF16, false},
                                {5, 2, 7, DType::kBF16, true},
                                {70, 8, 257, DType::kF32, false}};
-  int seed = 50;
+  const uint32_t base = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(base));
+  uint32_t seed = base + 50;
   for (const PermuteCase& c : cases) {
     ++seed;
     SCOPED_TRACE(str_cat("T", c.T, "_K", c.K, "_w", c.width, "_", dtype_name(c.dtype),
                          c.strided ? "_strided" : "", "_seed", seed));
     std::mt19937 rng(seed);
     const int64_t N = c.T * c.K, pad = c.strided ? 5 : 0, offset = c.strided ? 3 : 0;
-    const Tensor x_host =
-        testing::random_uniform({padded_numel({c.T, c.width}, pad, offset)}, c.dtype, rng);
+    const TwinView x =
+        testing::twin_uniform({c.T, c.width}, c.dtype, rng, -1.0f, 1.0f, pad, offset);
     std::vector<int32_t> slots(static_cast<size_t>(N));
     for (int64_t s = 0; s < N; ++s) slots[size_t(s)] = int32_t(s);
     std::shuffle(slots.begin(), slots.end(), rng);
@@ -146,21 +150,14 @@ TEST(MoePermuteCudaTest, MatchesCpu) {
       slots[0] = -1;
       slots[2] = int32_t(N + 5);
     }
-    const Tensor slots_host = testing::int32_tensor(slots);
-    const Tensor x_gpu = testing::on_gpu(x_host), slots_gpu = testing::on_gpu(slots_host);
-    const int64_t y_numel = padded_numel({N, c.width}, pad, 0);
-    Tensor y_host = testing::poisoned({y_numel}, c.dtype);
-    Tensor y_gpu = testing::poisoned_gpu({y_numel}, c.dtype);
-    ASSERT_OK(moe_permute({.x = padded_view(x_host, {c.T, c.width}, pad, offset),
-                           .sorted_slots = slots_host,
-                           .top_k = c.K,
-                           .y = padded_view(y_host, {N, c.width}, pad, 0)}));
-    ASSERT_OK(moe_permute({.x = padded_view(x_gpu, {c.T, c.width}, pad, offset),
-                           .sorted_slots = slots_gpu,
-                           .top_k = c.K,
-                           .y = padded_view(y_gpu, {N, c.width}, pad, 0)}));
+    const TwinView sorted_slots = testing::twin(testing::int32_tensor(slots), {N});
+    const TwinView y = testing::twin_poisoned({N, c.width}, c.dtype, pad, 0);
+    ASSERT_OK(
+        moe_permute({.x = x.host, .sorted_slots = sorted_slots.host, .top_k = c.K, .y = y.host}));
+    ASSERT_OK(moe_permute(
+        {.x = x.device, .sorted_slots = sorted_slots.device, .top_k = c.K, .y = y.device}));
     // whole storages: rows bitwise, and the padding still poisoned on both
-    EXPECT_TRUE(testing::bitwise_equal(testing::on_host(y_gpu), y_host));
+    EXPECT_TRUE(testing::bitwise_equal(testing::on_host(y.device_storage), y.host_storage));
   }
 }
 

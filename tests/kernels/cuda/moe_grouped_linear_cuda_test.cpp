@@ -4,23 +4,22 @@
 // rows per expert), a skewed expert spanning many tiles, empty experts, rows outside every
 // expert's block (left untouched), more experts than the table kernel's threads, K not a multiple
 // of the 64-wide step, Nout not a multiple of the 64-column block, strided and misaligned x / y.
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "../moe_grouped_linear_cases.h"
-#include "../strided_views.h"
-#include "core/device_memory.h"
 #include "cuda_testing.h"
 #include "kernels/moe_grouped_linear.h"
+#include "kernels/moe_grouped_linear_cases.h"
 
 namespace hyla::kernels {
 namespace {
 
 using testing::GroupedCase;
-using testing::padded_numel;
-using testing::padded_view;
+using testing::TwinView;
 
 const GroupedCase kCases[] = {
     // decode-like: ~1 row per expert (16-row tiles)
@@ -51,45 +50,39 @@ const GroupedCase kCases[] = {
 
 TEST(MoeGroupedLinearCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  int seed = 0;
+  const uint32_t base = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(base));
+  uint32_t seed = base;
   for (const GroupedCase& c : kCases) {
     ++seed;
     SCOPED_TRACE(c.name() + str_cat("_seed", seed));
     std::mt19937 rng(seed);
     const std::vector<int32_t> offsets = testing::random_offsets(c, rng);
     const int64_t N = offsets.back() + c.tail;
-    const int64_t x_numel = padded_numel({N, c.K}, c.pad, c.offset);
-    const int64_t y_numel = padded_numel({N, c.Nout}, c.pad, c.offset);
-    const Tensor x_h = testing::random_uniform({x_numel}, DType::kF32, rng);
-    const Tensor w_h = testing::random_uniform({c.E, c.Nout, c.K}, c.weight_dtype, rng);
-    const Tensor offsets_h = testing::int32_tensor(offsets);
-    const Tensor y_h = testing::poisoned({y_numel}, DType::kF32);
-    const TensorView x_hv = padded_view(x_h, {N, c.K}, c.pad, c.offset);
-    ASSERT_OK(moe_grouped_linear({.x = x_hv,
-                                  .weight = w_h,
-                                  .expert_offsets = offsets_h,
-                                  .y = padded_view(y_h, {N, c.Nout}, c.pad, c.offset)}));
-
-    const Tensor x_d = testing::on_gpu(x_h), w_d = testing::on_gpu(w_h),
-                 offsets_d = testing::on_gpu(offsets_h);
-    const Tensor y_d = testing::poisoned_gpu({y_numel}, DType::kF32);
+    const TwinView x =
+        testing::twin_uniform({N, c.K}, DType::kF32, rng, -1.0f, 1.0f, c.pad, c.offset);
+    const TwinView w = testing::twin_uniform({c.E, c.Nout, c.K}, c.weight_dtype, rng);
+    const TwinView expert_offsets =
+        testing::twin(testing::int32_tensor(offsets), {int64_t(offsets.size())});
+    const TwinView y = testing::twin_poisoned({N, c.Nout}, DType::kF32, c.pad, c.offset);
+    ASSERT_OK(moe_grouped_linear(
+        {.x = x.host, .weight = w.host, .expert_offsets = expert_offsets.host, .y = y.host}));
     // the workspace's contents must not matter: poisoned too
     const Tensor workspace =
         testing::poisoned_gpu({moe_grouped_linear_workspace_bytes(c.E, N) / 4}, DType::kI32);
-    ASSERT_OK(moe_grouped_linear({.x = padded_view(x_d, {N, c.K}, c.pad, c.offset),
-                                  .weight = w_d,
-                                  .expert_offsets = offsets_d,
+    ASSERT_OK(moe_grouped_linear({.x = x.device,
+                                  .weight = w.device,
+                                  .expert_offsets = expert_offsets.device,
                                   .workspace = workspace,
-                                  .y = padded_view(y_d, {N, c.Nout}, c.pad, c.offset)}));
-    const Tensor got_storage = testing::on_host(y_d);
-    const TensorView got = padded_view(got_storage, {N, c.Nout}, c.pad, c.offset);
-    const TensorView want = padded_view(y_h, {N, c.Nout}, c.pad, c.offset);
+                                  .y = y.device}));
+    const testing::HostResult got_y = testing::device_result(y);
+    const TensorView got = got_y.view, want = y.host;
 
     // Both sides sum K products in fp32 (<= K 2^-24 sum |x w| each). bf16 weights: the GPU may
     // round x to bf16 (tensor cores), moving y by 2^-8 sum_k delta_k x w with |delta_k| <= 1: for
     // independent roundings a standard deviation of 2^-8 / sqrt(3) sqrt(sum (x w)^2), so
     // 4 x 2^-8 sqrt(sum (x w)^2) is about 7 standard deviations.
-    const testing::ProductScales scale = testing::product_scales(x_hv, w_h, offsets);
+    const testing::ProductScales scale = testing::product_scales(x.host, w.host, offsets);
     const double order = 2.01 * double(c.K) * std::ldexp(1.0, -24);
     const double rounding = c.weight_dtype == DType::kBF16 ? 4 * std::ldexp(1.0, -8) : 0.0;
     const std::vector<double> got_v = testing::to_f64(got), want_v = testing::to_f64(want);
@@ -105,7 +98,7 @@ TEST(MoeGroupedLinearCudaTest, MatchesCpu) {
     EXPECT_EQ(failures, 0);
     // rows outside [offsets[0], offsets[E]) and the row padding keep their poison
     EXPECT_TRUE(
-        testing::untouched_outside(got_storage, got.slice(offsets.front(), offsets.back())));
+        testing::untouched_outside(got_y.storage, got.slice(offsets.front(), offsets.back())));
   }
 }
 

@@ -3,11 +3,12 @@
 // from a narrow range, so many experts (and groups) tie exactly: the ids must agree exactly,
 // tie-breaking included; distinct values are far apart next to the ulp-level differences of
 // expf and of the softmax sum order, which only the weights' tolerance covers.
+// Fresh random inputs every run: case k draws from base + k (the trace names both;
+// HYLA_TEST_SEED=<base> replays a run).
 #include <cmath>
 #include <random>
 #include <string>
 
-#include "../strided_views.h"
 #include "cuda_testing.h"
 #include "kernels/moe_route.h"
 
@@ -15,7 +16,7 @@ namespace hyla::kernels {
 namespace {
 
 using testing::padded_numel;
-using testing::padded_view;
+using testing::TwinView;
 
 struct RouteCase {
   int64_t T, E;
@@ -61,54 +62,51 @@ Tensor tied_logits(int64_t n, bool sigmoid, std::mt19937& rng) {
 
 TEST(MoeRouteCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  int seed = 0;
+  const uint32_t base = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(base));
+  uint32_t seed = base;
   for (const RouteCase& c : kCases) {
     ++seed;
     SCOPED_TRACE(c.name() + str_cat("_seed", seed));
     std::mt19937 rng(seed);
     const int64_t in_pad = c.strided ? 3 : 0, in_offset = c.strided ? 1 : 0;
     const int64_t out_pad = c.strided ? 2 : 0, out_offset = c.strided ? 1 : 0;
-    const Tensor logits_host =
-        tied_logits(padded_numel({c.T, c.E}, in_pad, in_offset), c.scoring == kSigmoid, rng);
-    Tensor bias_host;
+    const TwinView logits = testing::twin(
+        tied_logits(padded_numel({c.T, c.E}, in_pad, in_offset), c.scoring == kSigmoid, rng),
+        {c.T, c.E}, in_pad, in_offset);
+    TwinView bias;
     if (c.bias) {
       std::vector<double> b(static_cast<size_t>(c.E));
       for (double& v : b) v = int(rng() % 5) / 4.0;
-      bias_host = testing::tensor_from(b, {c.E}, DType::kF32);
+      bias = testing::twin(testing::tensor_from(b, {c.E}, DType::kF32), {c.E});
     }
-    const Tensor logits_gpu = testing::on_gpu(logits_host);
-    const Tensor bias_gpu = c.bias ? testing::on_gpu(bias_host) : Tensor{};
-    const int64_t out_numel = padded_numel({c.T, c.top_k}, out_pad, out_offset);
-    Tensor ids_host = testing::poisoned({out_numel}, DType::kI32);
-    Tensor weights_host = testing::poisoned({out_numel}, DType::kF32);
-    Tensor ids_gpu = testing::poisoned_gpu({out_numel}, DType::kI32);
-    Tensor weights_gpu = testing::poisoned_gpu({out_numel}, DType::kF32);
-    auto params = [&](const Tensor& logits, const Tensor& bias, const Tensor& ids,
-                      const Tensor& weights) {
-      return MoeRouteParams{
-          .logits = padded_view(logits, {c.T, c.E}, in_pad, in_offset),
-          .correction_bias = bias,
-          .scoring = c.scoring,
-          .top_k = c.top_k,
-          .renormalize = c.renormalize,
-          .routed_scaling = c.routed_scaling,
-          .num_groups = c.num_groups,
-          .topk_groups = c.topk_groups,
-          .topk_ids = padded_view(ids, {c.T, c.top_k}, out_pad, out_offset),
-          .topk_weights = padded_view(weights, {c.T, c.top_k}, out_pad, out_offset)};
+    const TwinView ids = testing::twin_poisoned({c.T, c.top_k}, DType::kI32, out_pad, out_offset);
+    const TwinView weights =
+        testing::twin_poisoned({c.T, c.top_k}, DType::kF32, out_pad, out_offset);
+    auto params = [&](bool gpu) {
+      auto pick = [gpu](const TwinView& t) { return gpu ? t.device : t.host; };
+      return MoeRouteParams{.logits = pick(logits),
+                            .correction_bias = pick(bias),
+                            .scoring = c.scoring,
+                            .top_k = c.top_k,
+                            .renormalize = c.renormalize,
+                            .routed_scaling = c.routed_scaling,
+                            .num_groups = c.num_groups,
+                            .topk_groups = c.topk_groups,
+                            .topk_ids = pick(ids),
+                            .topk_weights = pick(weights)};
     };
-    ASSERT_OK(moe_route(params(logits_host, bias_host, ids_host, weights_host)));
-    ASSERT_OK(moe_route(params(logits_gpu, bias_gpu, ids_gpu, weights_gpu)));
-    const Tensor ids_back = testing::on_host(ids_gpu), weights_back = testing::on_host(weights_gpu);
+    ASSERT_OK(moe_route(params(false)));
+    ASSERT_OK(moe_route(params(true)));
     // whole storages: ids and the poisoned padding around them
-    EXPECT_TRUE(testing::bitwise_equal(ids_back, ids_host));
-    const TensorView weights_view = padded_view(weights_back, {c.T, c.top_k}, out_pad, out_offset);
-    EXPECT_CLOSE(weights_view, padded_view(weights_host, {c.T, c.top_k}, out_pad, out_offset),
+    EXPECT_TRUE(testing::bitwise_equal(testing::on_host(ids.device_storage), ids.host_storage));
+    const testing::HostResult weights_back = testing::device_result(weights);
+    EXPECT_CLOSE(weights_back.view, weights.host,
                  {.atol = 1e-7,
                   .rtol = 4e-6,
                   .why = "expf on the device vs the host (<= 2 ulp) and the softmax sum in "
                          "another order, then a renormalising sum and division"});
-    EXPECT_TRUE(testing::untouched_outside(weights_back, weights_view));
+    EXPECT_TRUE(testing::untouched_outside(weights_back.storage, weights_back.view));
   }
 }
 

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <utility>
@@ -22,8 +21,6 @@
 #include "cuda_testing.h"
 #include "kernels/paged_attention.h"
 #include "kernels/paged_kv_cases.h"
-#include "kernels/strided_views.h"  // bitwise_equal, padded_view
-#include "testing.h"
 
 namespace hyla::kernels {
 namespace {
@@ -48,12 +45,6 @@ constexpr Tolerance kOutputTolerance{
     .why =
         "fp32 both, other summation order (dots over d_qk <= 512, online vs two-pass softmax, "
         "split merge, sums over <= 4097 keys) and expf: ~1e-5 of the unit-sized output"};
-
-uint32_t base_seed() {
-  if (const char* env = std::getenv("HYLA_TEST_SEED"))
-    return uint32_t(std::strtoul(env, nullptr, 10));
-  return std::random_device{}();
-}
 
 PagedAttentionParams params(const PagedCase& c, const PagedInputs& in, const TensorView& o,
                             int decode_splits = 0) {
@@ -115,13 +106,15 @@ void expect_cuda_matches_cpu(const PagedCase& c, uint32_t seed, int decode_split
 
 TEST(PagedAttentionCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   for (const PagedCase& c : testing::paged_cases()) expect_cuda_matches_cpu(c, seed++);
 }
 
 TEST(PagedAttentionCudaTest, LargestHeadDimAndManySequences) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   // d = 512: 16 values per lane; 33 decoding sequences over pages of 16
   expect_cuda_matches_cpu({{40, 3}, {2, 1}, 16, 2, 1, 512, 512, 0, DType::kBF16, true}, seed++);
   PagedCase many = {{}, {}, 16, 4, 2, 64, 64, 0, DType::kBF16};
@@ -147,8 +140,9 @@ TEST(PagedAttentionCudaTest, StridedViews) {
 }
 
 void expect_strided_views_match(const PagedCase& c, int splits) {
-  const uint32_t seed = base_seed();
-  SCOPED_TRACE(str_cat(c.name(), " splits ", splits, " seed ", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
+  SCOPED_TRACE(str_cat(c.name(), " splits ", splits));
   std::mt19937 rng(seed);
   const PagedInputs in = testing::make_paged_inputs(c, rng);
   const int64_t T = c.T(), d = c.d_k;
@@ -162,21 +156,20 @@ void expect_strided_views_match(const PagedCase& c, int splits) {
 
   const PagedInputs dev = to_gpu(in);
   Tensor fused_gpu = on_gpu(fused);
-  Tensor o_storage = testing::poisoned({testing::padded_numel({T, c.HQ, d}, 2, 3)}, DType::kF32);
-  Tensor o_storage_gpu = on_gpu(o_storage);
-  const TensorView o = testing::padded_view(o_storage_gpu, {T, c.HQ, d}, 2, 3);
-  PagedAttentionParams p = params(c, dev, o, splits);
+  const testing::TwinView o = testing::twin_poisoned({T, c.HQ, d}, DType::kF32, 2, 3);
+  PagedAttentionParams p = params(c, dev, o.device, splits);
   p.q = fused_gpu.view().narrow(2, 0, d);
   p.gate = fused_gpu.view().narrow(2, d, d);
   ASSERT_OK(run_gpu(p));
-  Tensor back = on_host(o_storage_gpu);
-  EXPECT_CLOSE(testing::padded_view(back, {T, c.HQ, d}, 2, 3), want, kOutputTolerance);
-  EXPECT_TRUE(testing::untouched_outside(back, testing::padded_view(back, {T, c.HQ, d}, 2, 3)));
+  const testing::HostResult back = testing::device_result(o);
+  EXPECT_CLOSE(back.view, want, kOutputTolerance);
+  EXPECT_TRUE(testing::untouched_outside(back.storage, back.view));
 }
 
 TEST(PagedAttentionCudaTest, DecodeContextsAndSplits) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   // Qwen3-Next widths, one sequence decoding at contexts around the 32-key tiles and 64-row pages;
   // splits auto, 1 (o written by the attention kernel), 3 and 40 (most splits empty at small
   // contexts: the merge weighs them 0)
@@ -191,7 +184,8 @@ TEST(PagedAttentionCudaTest, DecodeContextsAndSplits) {
 
 TEST(PagedAttentionCudaTest, DecodeBatches) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   const DType f32 = DType::kF32, bf16 = DType::kBF16;
   const std::vector<int32_t> past = {0, 4, 63, 64, 299, 999, 128, 2047};  // 8 sequences
   const std::vector<int32_t> ones(8, 1);
@@ -212,7 +206,8 @@ TEST(PagedAttentionCudaTest, DecodeBatches) {
 
 TEST(PagedAttentionCudaTest, Prefill) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   const DType f32 = DType::kF32, bf16 = DType::kBF16;
   const std::vector<int32_t> past = {0, 30, 5, 100}, lengths = {1, 17, 64, 200};
   const PagedCase cases[] = {
@@ -270,7 +265,8 @@ std::vector<double> reference_skipping(const PagedCase& c, const PagedInputs& in
 
 TEST(PagedAttentionCudaTest, SkipsPageIdsOutsideThePool) {
   HYLA_SKIP_WITHOUT_CUDA();
-  uint32_t seed = base_seed();
+  uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   // sequence 0 loses its page 1 (-1), sequence 1 its page 0 (num_pages + 3), sequence 2 every
   // page (its rows are 0); decode with 1 and 4 splits, and prefill
   for (const bool decode : {true, false})

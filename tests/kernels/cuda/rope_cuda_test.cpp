@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/twin_views.h"
+#include "cuda_testing.h"
 #include "kernels/rope.h"
 
 namespace hyla::kernels {
@@ -53,19 +53,18 @@ const Case kCases[] = {
 
 TEST(RopeCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
+  const uint32_t seed = testing::base_seed();
+  SCOPED_TRACE(testing::seed_trace(seed));
   std::mt19937 rng(seed);
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.name());
-    TwinView x =
-        testing::twin_random({c.T, c.heads, c.head_dim}, kF32, rng, 0.0f, 1.0f, c.pad, c.offset);
+    const std::vector<int64_t> x_shape = {c.T, c.heads, c.head_dim};
+    Tensor x_values = testing::random_normal({testing::padded_numel(x_shape, c.pad, c.offset)},
+                                             kF32, rng, 0.0f, 1.0f);
     // |x| <= 1, the bound the tolerance assumes
-    for (float* v = x.host_storage.data<float>();
-         v != x.host_storage.data<float>() + x.host_storage.numel(); ++v)
+    for (float* v = x_values.data<float>(); v != x_values.data<float>() + x_values.numel(); ++v)
       *v = std::fmax(-1.0f, std::fmin(1.0f, *v));
-    x.device_storage = testing::on_gpu(x.host_storage);
-    x.device = testing::padded_view(x.device_storage, x.shape, x.pad, x.offset);
+    const TwinView x = testing::twin(x_values, x_shape, c.pad, c.offset);
     // positions: 0, small, and large (up to 2^17 - 1), where fp32 angles round coarsely
     const int64_t stride = c.strided_positions ? 2 : 1;
     std::vector<int32_t> values(size_t(std::max<int64_t>(1, c.T * stride)), -7);

@@ -1,77 +1,26 @@
-// CUDA body of SiTU-GLU (situ_and_mul, kernels/situ_glu.h) against the CPU body, which is the
-// specification: f32 and bf16 y, T in {0, 1, 7, 300}, I in {1, 33, 129, 2048}, row-strided and
-// misaligned x and y, in place over x's gate half. Fresh random inputs per run (seed in the trace;
+// CUDA body of SiTU-GLU (situ_glu, kernels/situ_glu.h) against the CPU body, which is the
+// specification, with x ~ N(0, 20), beta 4, linear_beta 25, on the GLU cases (glu_cuda_cases.h:
+// f32 and bf16 y, T in {0, 1, 7, 300}, I in {1, 33, 129, 2048}, row-strided and misaligned x and
+// y, in place over x's gate half). Fresh random inputs per run (seed in the trace;
 // HYLA_TEST_SEED=<n> replays it). Skipped when no CUDA device is visible.
-#include <random>
-#include <string>
-#include <vector>
-
-#include "kernels/cuda/twin_views.h"
+#include "glu_cuda_cases.h"
 #include "kernels/situ_glu.h"
 
 namespace hyla::kernels {
 namespace {
 
-using testing::Tolerance;
-using testing::TwinView;
-
-constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16;
-
 /// two tanhf and one expf through CUDA's libm (<= 2 ulp each) against the host's (<= 2 ulp), four
-/// products and three divisions after them: <= ~15 ulp, 1e-6 relative.
-constexpr Tolerance kF32Output{
+/// products and three divisions after them: <= ~15 ulp, 1e-6 relative. A bf16 y:
+/// testing::rounded_to, one bf16 ulp more.
+constexpr testing::Tolerance kF32Output{
     .atol = 1e-30, .rtol = 2e-6, .why = "tanhf / expf of two libms, four products: <= ~15 ulp"};
-/// Values a few fp32 ulp apart can round to neighbouring bf16 values: one bf16 ulp, <= 2^-7.
-constexpr Tolerance kBf16Output{
-    .atol = 1e-30, .rtol = 1.0 / 128 + 2e-6, .why = "one bf16 rounding each side: <= 1 bf16 ulp"};
 
-struct Case {
-  int64_t T, I;
-  DType y_dtype;
-  bool strided = false;   // x and y row-strided and misaligned
-  bool in_place = false;  // y = x[:, :I] with x's row stride
-
-  std::string name() const {
-    return str_cat("T", T, "_I", I, "_y", dtype_name(y_dtype), strided ? "_strided" : "",
-                   in_place ? "_inplace" : "");
-  }
-};
-
-const Case kCases[] = {
-    {0, 8, kF32},
-    {1, 1, kF32},
-    {1, 33, kBF16},
-    {7, 129, kF32, true},
-    {7, 129, kBF16, true},
-    {300, 96, kF32},
-    {3, 2048, kBF16},
-    {5, 64, kF32, false, true},
-    {1, 33, kF32, true, true},
-};
-
-TEST(SituAndMulCudaTest, MatchesCpu) {
+TEST(SituGluCudaTest, MatchesCpu) {
   HYLA_SKIP_WITHOUT_CUDA();
-  const uint32_t seed = testing::gpu_test_seed();
-  SCOPED_TRACE(str_cat("HYLA_TEST_SEED=", seed));
-  std::mt19937 rng(seed);
-  for (const Case& c : kCases) {
-    SCOPED_TRACE(c.name());
-    const int64_t pad = c.strided ? 3 : 0, offset = c.strided ? 1 : 0;
-    TwinView x = testing::twin_random({c.T, 2 * c.I}, kF32, rng, 0.0f, 20.0f, pad, offset);
-    TwinView y = testing::twin_poisoned({c.T, c.I}, c.y_dtype, c.strided ? 7 : 0, offset);
-    if (c.in_place) {
-      // y = the gate half of x: the first I columns of every row, x's row stride
-      y = x;
-      y.shape = {c.T, c.I};
-      const int64_t y_shape[] = {c.T, c.I}, y_strides[] = {x.host.stride(0), 1};
-      y.host = TensorView(x.host.raw(), kF32, 2, y_shape, y_strides);
-      y.device = TensorView(x.device.raw(), kF32, 2, y_shape, y_strides, x.device.device());
-      y.pad = c.I + pad;  // padded_view of y's shape over x's storage gives the same view
-    }
-    ASSERT_OK(situ_and_mul({.x = x.host, .beta = 4.0f, .linear_beta = 25.0f, .y = y.host}));
-    ASSERT_OK(situ_and_mul({.x = x.device, .beta = 4.0f, .linear_beta = 25.0f, .y = y.device}));
-    testing::expect_twin_close(y, c.y_dtype == kBF16 ? kBf16Output : kF32Output);
-  }
+  testing::expect_glu_cuda_matches_cpu(
+      20.0f, kF32Output, [](const TensorView& x, const TensorView& y) {
+        return situ_glu({.x = x, .beta = 4.0f, .linear_beta = 25.0f, .y = y});
+      });
 }
 
 }  // namespace

@@ -4,14 +4,14 @@
 // shape the CUDA kernel does not take (golden d_k = 32) is an error naming it.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "model/architecture.h"
+#include "model/cuda/logits_testing.h"
 #include "model/model.h"
 #include "testing.h"
 
@@ -30,32 +30,6 @@ using testing::on_host;
 // >= 1e-2.
 constexpr double kRegroupSpreads = 8;
 
-std::string golden_dir() { return testing::golden_root(HYLA_TEST_DATA_DIR "/golden"); }
-
-/// The model's recorded spread; the demo model records none: the largest of the golden sets
-/// (K3's, ~10x the Qwen ones), as in model_cuda_test.cpp.
-double logits_spread(const std::string& dir) {
-  if (fs::exists(dir + "/reference_meta.json")) return testing::reference_logits_spread(dir);
-  double worst = 0;
-  for (const std::string& g : testing::golden_arch_dirs(golden_dir()))
-    worst = std::max(worst, testing::reference_logits_spread(g));
-  return worst;
-}
-
-std::vector<int32_t> ids(int32_t start, int64_t n, int32_t vocab) {
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < n; ++i) v.push_back(int32_t((start + 37 * i) % vocab));
-  return v;
-}
-
-/// Largest minus second-largest logit of row r of host logits.
-double top2_gap(const Tensor& logits, int64_t r) {
-  const int64_t V = logits.size(1);
-  std::vector<float> row(logits.host<float>() + r * V, logits.host<float>() + (r + 1) * V);
-  std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-  return double(row[0]) - double(row[1]);
-}
-
 LinearAttnBackends backends(LinearDecodeBackend d,
                             LinearPrefillBackend p = LinearPrefillBackend::kAuto) {
   LinearAttnBackends b;
@@ -73,8 +47,8 @@ TEST(LinearBackendsCuda, DemoModelFusedAndOpsDecodeAlike) {
   Result<std::unique_ptr<Model>> gpu = loaded.value()->to(Device::cuda());
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
-  const double spread = logits_spread(demo);
-  const std::vector<int32_t> prompt = ids(3, 21, int32_t(m.config().vocab_size));
+  const double spread = testing::logits_spread(demo);
+  const std::vector<int32_t> prompt = testing::spaced_ids(3, 21, int32_t(m.config().vocab_size));
   Tensor ops_logits, fused_logits;
   m.set_linear_backends(backends(LinearDecodeBackend::kOps));
   Result<std::vector<int32_t>> ops = greedy_generate(m, prompt, 12, &ops_logits);
@@ -95,7 +69,7 @@ TEST(LinearBackendsCuda, DemoModelFusedAndOpsDecodeAlike) {
     EXPECT_CLOSE(fused_logits.view().slice(int64_t(i), int64_t(i) + 1),
                  ops_logits.view().slice(int64_t(i), int64_t(i) + 1), tolerance);
     if ((*ops)[i] == (*fused)[i]) continue;
-    EXPECT_LT(top2_gap(ops_logits, int64_t(i)), 2 * kRegroupSpreads * spread)
+    EXPECT_LT(testing::top2_gap(ops_logits, int64_t(i)), 2 * kRegroupSpreads * spread)
         << "ops token " << (*ops)[i] << ", fused token " << (*fused)[i]
         << " with a clear gap between the two best logits";
     break;
@@ -112,7 +86,7 @@ TEST_P(LinearBackendsCudaGolden, ChunkAndRecurrentPrefillAlike) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   // 70 tokens: one full 64-token chunk and a partial one
-  const std::vector<int32_t> prompt = ids(5, 70, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = testing::spaced_ids(5, 70, int32_t(m.config().vocab_size));
   const auto prefill = [&](LinearPrefillBackend p) -> Result<Tensor> {
     m.set_linear_backends(backends(LinearDecodeBackend::kAuto, p));
     SequenceState s = m.new_sequence(int64_t(prompt.size()));
@@ -123,7 +97,7 @@ TEST_P(LinearBackendsCudaGolden, ChunkAndRecurrentPrefillAlike) {
   ASSERT_TRUE(chunk.ok()) << chunk.status().message();
   Result<Tensor> recurrent = prefill(LinearPrefillBackend::kRecurrent);
   ASSERT_TRUE(recurrent.ok()) << recurrent.status().message();
-  const double spread = logits_spread(GetParam());
+  const double spread = testing::logits_spread(GetParam());
   std::printf("%s chunk vs recurrent: max |diff| %.3g (%.2f x the spread %.3g)\n",
               fs::path(GetParam()).filename().c_str(),
               testing::max_abs_diff(chunk.value(), recurrent.value()),
@@ -148,7 +122,7 @@ TEST_P(LinearBackendsCudaGolden, FusedDecodeOnAShapeTheKernelLacksIsAnError) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
   Model& m = *gpu.value();
   m.set_linear_backends(backends(LinearDecodeBackend::kFused));
-  const std::vector<int32_t> prompt = ids(5, 9, int32_t(m.config().vocab_size));
+  const std::vector<int32_t> prompt = testing::spaced_ids(5, 9, int32_t(m.config().vocab_size));
   SequenceState s = m.new_sequence(10);
   ASSERT_TRUE(m.forward(prompt, s).ok());  // prefill: the decode backend plays no part
   EXPECT_ERROR_CONTAINS(m.forward(std::span(prompt.data(), 1), s).status(),
@@ -156,11 +130,11 @@ TEST_P(LinearBackendsCudaGolden, FusedDecodeOnAShapeTheKernelLacksIsAnError) {
 }
 
 TEST(LinearBackendsCudaGoldenSet, HasArchitectures) {
-  EXPECT_TRUE(testing::expect_golden_archs(golden_dir()));
+  EXPECT_TRUE(testing::expect_golden_archs(testing::golden_dir()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LinearBackendsCudaGolden,
-                         ::testing::ValuesIn(testing::golden_arch_dirs(golden_dir())),
+                         ::testing::ValuesIn(testing::golden_arch_dirs(testing::golden_dir())),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return fs::path(param_info.param).filename().string();
                          });

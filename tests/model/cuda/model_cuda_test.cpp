@@ -9,12 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <optional>
 
 #include "core/device_memory.h"
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "model/architecture.h"
+#include "model/cuda/logits_testing.h"
 #include "model/safetensors.h"
 #include "runtime/memory/kv_page_pool.h"
 #include "runtime/memory/state_pool.h"
@@ -62,19 +62,6 @@ bool stored_in_bf16(const std::string& dir) {
       if (e.dtype == DType::kBF16) return true;
   }
   return false;
-}
-
-std::string golden_dir() { return testing::golden_root(HYLA_TEST_DATA_DIR "/golden"); }
-
-/// The model's recorded fp32 spread; the demo model records none (its reference is greedy tokens
-/// only): it takes the largest spread of the golden sets (K3's, ~10x the Qwen ones), a bound for
-/// a Qwen3.5 of the same layer kinds and a similar depth.
-double logits_spread(const std::string& dir) {
-  if (fs::exists(dir + "/reference_meta.json")) return testing::reference_logits_spread(dir);
-  double worst = 0;
-  for (const std::string& g : testing::golden_arch_dirs(golden_dir()))
-    worst = std::max(worst, testing::reference_logits_spread(g));
-  return worst;
 }
 
 /// The runtime's pools on one device for two sequences, and the views forward_batch takes.
@@ -132,12 +119,6 @@ void make_pools(const ModelConfig& c, Device device, const std::vector<int64_t>&
   }
 }
 
-std::vector<int32_t> ids(int32_t start, int64_t n, int32_t vocab) {
-  std::vector<int32_t> v;
-  for (int64_t i = 0; i < n; ++i) v.push_back(int32_t((start + 37 * i) % vocab));
-  return v;
-}
-
 /// Row-wise argmax of host logits [rows, V].
 std::vector<int32_t> argmax_rows(const Tensor& logits) {
   const int64_t V = logits.size(1);
@@ -147,14 +128,6 @@ std::vector<int32_t> argmax_rows(const Tensor& logits) {
     out.push_back(int32_t(std::max_element(row, row + V) - row));
   }
   return out;
-}
-
-/// Largest minus second-largest logit of row r.
-double top2_gap(const Tensor& logits, int64_t r) {
-  const int64_t V = logits.size(1);
-  std::vector<float> row(logits.host<float>() + r * V, logits.host<float>() + (r + 1) * V);
-  std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-  return double(row[0]) - double(row[1]);
 }
 
 class ModelCudaTest : public ::testing::TestWithParam<std::string> {};
@@ -168,12 +141,13 @@ TEST_P(ModelCudaTest, PrefillAndDecodeMatchCpu) {
   ASSERT_TRUE(moved.ok()) << moved.status().message();
   const Model& gpu = *moved.value();
   ASSERT_TRUE(gpu.device().is_cuda());
-  const double spread = logits_spread(GetParam());
+  const double spread = testing::logits_spread(GetParam());
   const bool bf16_gemms = stored_in_bf16(GetParam());
   const ModelConfig& c = cpu.config();
   const int32_t V = int32_t(c.vocab_size);
   constexpr int kDecodeSteps = 8;
-  const std::vector<std::vector<int32_t>> prompts = {ids(5, 37, V), ids(11, 70, V)};
+  const std::vector<std::vector<int32_t>> prompts = {testing::spaced_ids(5, 37, V),
+                                                     testing::spaced_ids(11, 70, V)};
   const std::vector<int64_t> capacity = {37 + kDecodeSteps, 70 + kDecodeSteps};
   Pools on_cpu, on_cuda;
   make_pools(c, Device::cpu(), capacity, on_cpu);
@@ -237,8 +211,9 @@ TEST_P(ModelCudaTest, GreedyTokensMatchCpu) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
   Result<std::unique_ptr<Model>> gpu = loaded.value()->to(Device::cuda());
   ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-  const double tie = 2 * kCudaVsCpuSpreads * logits_spread(GetParam());  // both sides move
-  const std::vector<int32_t> prompt = ids(3, 21, int32_t(loaded.value()->config().vocab_size));
+  const double tie = 2 * kCudaVsCpuSpreads * testing::logits_spread(GetParam());  // both sides move
+  const std::vector<int32_t> prompt =
+      testing::spaced_ids(3, 21, int32_t(loaded.value()->config().vocab_size));
   Tensor want_logits, got_logits;
   Result<std::vector<int32_t>> want = greedy_generate(*loaded.value(), prompt, 12, &want_logits);
   ASSERT_TRUE(want.ok()) << want.status().message();
@@ -249,7 +224,7 @@ TEST_P(ModelCudaTest, GreedyTokensMatchCpu) {
   // other (a tie either side may break; after it the continuations are different prompts).
   for (size_t i = 0; i < want->size(); ++i) {
     if ((*want)[i] == (*got)[i]) continue;
-    EXPECT_LT(top2_gap(want_logits, int64_t(i)), tie)
+    EXPECT_LT(testing::top2_gap(want_logits, int64_t(i)), tie)
         << "step " << i << ": CPU token " << (*want)[i] << ", CUDA token " << (*got)[i]
         << " with a clear gap between the CPU's two best logits";
     break;
@@ -257,13 +232,15 @@ TEST_P(ModelCudaTest, GreedyTokensMatchCpu) {
 }
 
 std::vector<std::string> model_dirs() {
-  std::vector<std::string> dirs = testing::golden_arch_dirs(golden_dir());
+  std::vector<std::string> dirs = testing::golden_arch_dirs(testing::golden_dir());
   const std::string demo = str_cat(HYLA_MODELS_DIR, "/hyla-demo");
   if (fs::exists(str_cat(demo, "/model.safetensors"))) dirs.push_back(demo);
   return dirs;
 }
 
-TEST(ModelCudaGolden, HasArchitectures) { EXPECT_TRUE(testing::expect_golden_archs(golden_dir())); }
+TEST(ModelCudaGolden, HasArchitectures) {
+  EXPECT_TRUE(testing::expect_golden_archs(testing::golden_dir()));
+}
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelCudaTest, ::testing::ValuesIn(model_dirs()),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {

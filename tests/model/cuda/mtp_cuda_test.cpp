@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "model/architecture.h"
 #include "model/mtp_testing.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "runtime/draft_model_testing.h"
 
 namespace hyla::runtime {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/device_memory.h"
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "model/architecture.h"
 #include "runtime/prefix_cache_testing.h"
 #include "runtime/speculative_testing.h"

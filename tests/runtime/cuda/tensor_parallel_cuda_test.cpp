@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/device_memory.h"
-#include "kernels/cuda/cuda_testing.h"
+#include "cuda_testing.h"
 #include "model/tensor_parallel.h"
 #include "runtime/engine_testing.h"
 #include "runtime/tp/nccl_group.h"
