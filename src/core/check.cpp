@@ -178,4 +178,11 @@ Status check_slot_ownership(std::string_view op, const TensorView& read_slots,
   return ok_status();
 }
 
+bool spans_overlap(const TensorView& a, const TensorView& b) {
+  if (!a.defined() || !b.defined()) return false;
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
+}
+
 }  // namespace hyla

@@ -43,6 +43,10 @@ Status check_slots(std::string_view op, std::string_view name, const TensorView&
 Status check_positive_finite(std::string_view op, std::string_view name, float value,
                              std::string_view why = {});
 
+/// True when the byte ranges of two defined views intersect (pointer arithmetic only: no memory
+/// is read, so device views are fine).
+bool spans_overlap(const TensorView& a, const TensorView& b);
+
 /// In-place use: when `out` starts where `in` does, it must have in's dtype and strides (a
 /// partial overlap with another layout would read values already overwritten).
 Status check_in_place(std::string_view op, std::string_view out_name, const TensorView& out,

@@ -9,15 +9,6 @@ namespace hyla::kernels {
 
 namespace {
 
-/// True when the byte ranges of two defined views intersect (pointer arithmetic only: no memory
-/// is read, so device views are fine).
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.defined() || !b.defined()) return false;
-  const char* a0 = static_cast<const char*>(a.raw());
-  const char* b0 = static_cast<const char*>(b.raw());
-  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
-}
-
 Status check_attn_res(const AttnResParams& p) {
   constexpr const char* op = "attn_res";
   HYLA_RETURN_IF_ERROR(check_shape(op, "partial", p.partial, {kAnyDim, kAnyDim}, "T, d"));
@@ -48,7 +39,7 @@ Status check_attn_res(const AttnResParams& p) {
   HYLA_RETURN_IF_ERROR(check_device(op, "cw", p.cw, device));
   for (const auto& [name, t] : {std::pair{"blocks", &p.blocks}, {"partial", &p.partial}})
     for (const auto& [out_name, out] : {std::pair{"y", &p.y}, {"probs", &p.probs}})
-      if (overlaps(*out, *t))
+      if (spans_overlap(*out, *t))
         return invalid_argument(op, ": ", out_name, " overlaps ", name,
                                 "; the mixture is written to its own buffer");
   return check_positive_finite(op, "eps", p.eps, "keeps zero rows finite");

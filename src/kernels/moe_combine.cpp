@@ -8,14 +8,6 @@ namespace hyla::kernels {
 
 namespace {
 
-/// True when the byte ranges of two defined views overlap.
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.defined() || !b.defined()) return false;
-  const auto* a0 = static_cast<const char*>(a.raw());
-  const auto* b0 = static_cast<const char*>(b.raw());
-  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
-}
-
 Status check_moe_combine(const MoeCombineParams& p) {
   constexpr const char* op = "moe_combine";
   HYLA_RETURN_IF_ERROR(check_shape(op, "out", p.out, {kAnyDim, kAnyDim}, "T, width"));
@@ -47,7 +39,7 @@ Status check_moe_combine(const MoeCombineParams& p) {
     if (t != &p.slot_positions) HYLA_RETURN_IF_ERROR(check_dtype(op, name, *t, {DType::kF32}));
     HYLA_RETURN_IF_ERROR(check_device(op, name, *t, device));
     HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, name, *t));
-    if (t != &p.out && overlaps(*t, p.out))
+    if (t != &p.out && spans_overlap(*t, p.out))
       return invalid_argument(op, ": out overlaps ", name, ", expected separate memory");
   }
   return ok_status();

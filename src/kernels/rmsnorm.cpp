@@ -8,15 +8,6 @@ namespace hyla::kernels {
 
 namespace {
 
-/// True when the byte ranges of two defined views intersect (pointer arithmetic only: no device
-/// memory is read).
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (!a.defined() || !b.defined()) return false;
-  const char* a0 = static_cast<const char*>(a.raw());
-  const char* b0 = static_cast<const char*>(b.raw());
-  return a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
-}
-
 Status check_rmsnorm(const RmsNormParams& p) {
   constexpr const char* op = "rmsnorm";
   if (!p.x.defined()) return invalid_argument(op, ": x is missing");
@@ -48,7 +39,7 @@ Status check_rmsnorm(const RmsNormParams& p) {
     HYLA_RETURN_IF_ERROR(check_last_dim_contiguous(op, "residual", p.residual));
     HYLA_RETURN_IF_ERROR(check_device(op, "residual", p.residual, device));
     for (const auto& [name, t] : {std::pair{"x", &p.x}, {"y", &p.y}})
-      if (overlaps(p.residual, *t))
+      if (spans_overlap(p.residual, *t))
         return invalid_argument(op, ": residual overlaps ", name,
                                 "; the residual sum is kept in its own buffer");
   }
