@@ -10,7 +10,7 @@
 # --rename), so a renamed kernel is compared with its new self.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-ref=${1:?usage: sass_compare.sh REFERENCE_DIR [JOBS]}
+ref=$(cd "${1:?usage: sass_compare.sh REFERENCE_DIR [JOBS]}" && pwd)
 jobs=${2:-$(nproc)}
 tmp=$(mktemp -d)
 flags=(-std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -DHYLA_WITH_CUDA=1
